@@ -1,0 +1,4 @@
+from ddpcheck.cli import main
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""What a lint run produces: findings with a severity, and the errors for inputs
+that could not be analysed. Plain, picklable data so results cross the process
+pool unchanged."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, asdict
+
+
+class Severity(enum.IntEnum):
+    INFO = 1
+    WARNING = 2
+    ERROR = 3
+
+    @classmethod
+    def parse(cls, text: str) -> "Severity":
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            raise ValueError(f"unknown severity {text!r} (expected error, warning or info)") from None
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+@dataclass(frozen=True, order=True)
+class Finding:
+    path: str
+    line: int
+    col: int
+    code: str
+    name: str
+    severity: Severity
+    message: str
+    fix: str
+
+    def to_json(self) -> dict:
+        data = asdict(self)
+        data["severity"] = str(self.severity)
+        return data
+
+
+class SourceError(Exception):
+    """An input that cannot be analysed (syntax error, not UTF-8, binary...).
+
+    The message is one line, meant for the user, without the path: the caller
+    prefixes it."""
+
+
+@dataclass(frozen=True)
+class FileResult:
+    path: str
+    findings: tuple[Finding, ...] = ()
+    error: str | None = None   # one-line reason when the file could not be analysed
