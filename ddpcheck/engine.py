@@ -81,5 +81,6 @@ def lint_source(text: str, path: str, settings: LintSettings) -> list[Finding]:
     if not settings.enabled or not might_have_findings(text):
         return []
     from ddpcheck.analysis.run import analyze  # libcst import deferred: pre-filtered files never pay it
+    from ddpcheck.noqa import apply_noqa
 
-    return analyze(text, path, settings)
+    return apply_noqa(analyze(text, path, settings), text)

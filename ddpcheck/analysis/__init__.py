@@ -1,0 +1,1 @@
+"""The one analysis pass: parse a file once, build a ScriptModel, let rules query it."""

@@ -1,0 +1,269 @@
+"""The single libcst visit that fills a ScriptModel.
+
+No metadata providers: the builder keeps its own stacks (function, class,
+loops, branches), which is all the context the rules need, and records positions
+only for the few nodes that end up in findings (see run.py)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.analysis.model import (
+    Assign, Branch, CallSite, Ctx, FunctionInfo, Loop, Reference, ScriptModel,
+)
+from ddpcheck.analysis.names import dotted_name
+
+_EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
+
+
+def target_keys(node: cst.BaseExpression) -> list[str]:
+    """Keys for an assignment target: `x`, `self.model`, `os.environ['X']`."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        keys: list[str] = []
+        for el in node.elements:
+            keys.extend(target_keys(el.value))
+        return keys
+    if isinstance(node, cst.StarredElement):
+        return target_keys(node.value)
+    d = dotted_name(node)
+    if d:
+        return [d]
+    if isinstance(node, cst.Subscript):
+        base = dotted_name(node.value)
+        if base and len(node.slice) == 1:
+            idx = node.slice[0].slice
+            if isinstance(idx, cst.Index) and isinstance(idx.value, cst.SimpleString):
+                return [f"{base}[{idx.value.evaluated_value!r}]"]
+    return []
+
+
+def _exits(block: cst.BaseSuite) -> bool:
+    """The block always leaves: return / continue / break / raise / sys.exit()."""
+    if isinstance(block, cst.SimpleStatementSuite):
+        smalls = block.body
+    elif isinstance(block, cst.IndentedBlock) and block.body and isinstance(block.body[-1], cst.SimpleStatementLine):
+        smalls = block.body[-1].body
+    else:
+        return False
+    if not smalls:
+        return False
+    last = smalls[-1]
+    if isinstance(last, (cst.Return, cst.Continue, cst.Break, cst.Raise)):
+        return True
+    return (
+        isinstance(last, cst.Expr) and isinstance(last.value, cst.Call)
+        and dotted_name(last.value.func) in _EXIT_CALLS
+    )
+
+
+class ScriptBuilder(cst.CSTVisitor):
+    def __init__(self, model: ScriptModel) -> None:
+        self.m = model
+        self.order = 0
+        self.fn_stack: list[FunctionInfo | None] = [None]
+        self.class_stack: list[str | None] = [None]
+        self.loop_stack: list[list[Loop]] = [[]]
+        self.branches: list[Branch] = []
+        self.block_exits: list[int] = []   # early-exit branches pushed per open block
+        self.no_grad = 0
+        self.stmt: cst.CSTNode | None = None
+        self._ctx: Ctx | None = None
+
+    # -- context --------------------------------------------------------------
+    def ctx(self) -> Ctx:
+        self.order += 1
+        return Ctx(
+            order=self.order,
+            function=self.fn_stack[-1],
+            loops=tuple(self.loop_stack[-1]),
+            branches=tuple(self.branches),
+            no_grad=self.no_grad > 0,
+            class_name=self.class_stack[-1],
+        )
+
+    # -- imports --------------------------------------------------------------
+    def visit_Import(self, node: cst.Import) -> None:
+        self.m.imports.add_import(node)
+
+    def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
+        self.m.imports.add_import_from(node)
+
+    # -- statements -----------------------------------------------------------
+    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
+        self.stmt = node
+
+    def visit_Module(self, node: cst.Module) -> None:
+        self.block_exits.append(0)
+
+    def leave_Module(self, node: cst.Module) -> None:
+        self._pop_block()
+
+    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self.block_exits.append(0)
+
+    def leave_IndentedBlock(self, node: cst.IndentedBlock) -> None:
+        self._pop_block()
+
+    def _pop_block(self) -> None:
+        for _ in range(self.block_exits.pop()):
+            self.branches.pop()
+
+    # -- functions and classes -----------------------------------------------
+    def visit_ClassDef(self, node: cst.ClassDef) -> None:
+        if self.fn_stack[-1] is None and self.class_stack[-1] is None:
+            self.m.class_names.add(node.name.value)
+        self.class_stack.append(node.name.value)
+
+    def leave_ClassDef(self, node: cst.ClassDef) -> None:
+        self.class_stack.pop()
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.stmt = node
+        params = tuple(
+            p.name.value
+            for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params)
+        )
+        decorators = tuple(
+            self.m.imports.qualify(d) for d in (
+                dotted_name(dec.decorator.func if isinstance(dec.decorator, cst.Call) else dec.decorator)
+                for dec in node.decorators
+            ) if d
+        )
+        in_class = self.class_stack[-1] if self.fn_stack[-1] is None or self.class_stack[-1] else None
+        info = FunctionInfo(
+            name=node.name.value, node=node, ctx=self.ctx(), class_name=in_class,
+            params=params, decorators=decorators,
+        )
+        self.m.functions.append(info)
+        self.fn_stack.append(info)
+        self.class_stack.append(None)   # a nested class would push its own name
+        self.loop_stack.append([])
+        self._saved_branches = getattr(self, "_saved_branches", [])
+        self._saved_branches.append((self.branches, self.block_exits))
+        self.branches, self.block_exits = [], []
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.fn_stack.pop()
+        self.class_stack.pop()
+        self.loop_stack.pop()
+        self.branches, self.block_exits = self._saved_branches.pop()
+
+    def visit_Lambda(self, node: cst.Lambda) -> None:
+        return None
+
+    def visit_Return(self, node: cst.Return) -> None:
+        fn = self.fn_stack[-1]
+        if fn is not None and node.value is not None:
+            fn.returns.append((node.value, self.ctx()))
+
+    # -- branches --------------------------------------------------------------
+    def visit_If_body(self, node: cst.If) -> None:
+        self.branches.append(Branch(node.test, True, self.fn_stack[-1]))
+
+    def leave_If_body(self, node: cst.If) -> None:
+        self.branches.pop()
+
+    def visit_If_orelse(self, node: cst.If) -> None:
+        self.branches.append(Branch(node.test, False, self.fn_stack[-1]))
+
+    def leave_If_orelse(self, node: cst.If) -> None:
+        self.branches.pop()
+
+    def leave_If(self, original_node: cst.If) -> None:
+        # `if not is_main_process(): return` guards everything after it in the block.
+        if original_node.orelse is None and _exits(original_node.body) and self.block_exits:
+            self.branches.append(Branch(original_node.test, False, self.fn_stack[-1]))
+            self.block_exits[-1] += 1
+
+    # -- loops ------------------------------------------------------------------
+    def visit_For(self, node: cst.For) -> None:
+        self.stmt = node
+        loop = Loop(node=node, iter=node.iter, ctx=self.ctx(), targets=tuple(target_keys(node.target)))
+        self.m.loops.append(loop)
+        self._pending_loop = loop
+
+    def visit_For_body(self, node: cst.For) -> None:
+        self.loop_stack[-1].append(self._loop_for(node))
+
+    def leave_For_body(self, node: cst.For) -> None:
+        self.loop_stack[-1].pop()
+
+    def visit_While(self, node: cst.While) -> None:
+        self.stmt = node
+        self.m.loops.append(Loop(node=node, iter=None, ctx=self.ctx()))
+
+    def visit_While_body(self, node: cst.While) -> None:
+        self.loop_stack[-1].append(self._loop_for(node))
+
+    def leave_While_body(self, node: cst.While) -> None:
+        self.loop_stack[-1].pop()
+
+    def _loop_for(self, node: cst.CSTNode) -> Loop:
+        for loop in reversed(self.m.loops):
+            if loop.node is node:
+                return loop
+        raise AssertionError("loop visited before its body")
+
+    # -- with ---------------------------------------------------------------------
+    def visit_With(self, node: cst.With) -> None:
+        self.stmt = node
+        for item in node.items:
+            it = item.item
+            name = dotted_name(it.func) if isinstance(it, cst.Call) else None
+            if name and self.m.imports.qualify(name).rpartition(".")[2] in ("no_grad", "inference_mode"):
+                self.no_grad += 1
+                self._with_no_grad = getattr(self, "_with_no_grad", set())
+                self._with_no_grad.add(id(node))
+                break
+
+    def leave_With(self, original_node: cst.With) -> None:
+        if id(original_node) in getattr(self, "_with_no_grad", ()):
+            self.no_grad -= 1
+
+    # -- facts ----------------------------------------------------------------------
+    def visit_Call(self, node: cst.Call) -> None:
+        func = dotted_name(node.func)
+        site = CallSite(
+            node=node, func=func, qual=self.m.imports.qualify(func) if func else None,
+            ctx=self.ctx(), stmt=self.stmt,
+        )
+        self.m.calls.append(site)
+        self.m.site_of[id(node)] = site
+
+    def visit_Assign(self, node: cst.Assign) -> None:
+        ctx = self.ctx()
+        for t in node.targets:
+            keys = target_keys(t.target)
+            single = len(keys) == 1 and not isinstance(t.target, (cst.Tuple, cst.List))
+            for k in keys:
+                self.m.assigns.append(Assign(k, node.value if single else None, ctx, node))
+
+    def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
+        if node.value is not None:
+            for k in target_keys(node.target):
+                self.m.assigns.append(Assign(k, node.value, self.ctx(), node))
+
+    def visit_AugAssign(self, node: cst.AugAssign) -> None:
+        op = type(node.operator).__name__
+        for k in target_keys(node.target):
+            self.m.assigns.append(Assign(k, node.value, self.ctx(), node, augmented=op))
+
+    def visit_Name(self, node: cst.Name) -> None:
+        self.m.references.setdefault(node.value, []).append(
+            Reference(node.value, node, self._ref_ctx(), via_attribute=False))
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        name = node.attr.value
+        self.m.references.setdefault(name, []).append(
+            Reference(name, node, self._ref_ctx(), via_attribute=True))
+
+    def _ref_ctx(self) -> Ctx:
+        # references do not advance source order (cheap: one Ctx per statement would do)
+        return Ctx(self.order, self.fn_stack[-1], tuple(self.loop_stack[-1]), tuple(self.branches),
+                   self.no_grad > 0, self.class_stack[-1])
+
+
+def build_model(path: str, module: cst.Module, settings) -> ScriptModel:
+    model = ScriptModel(path, module, settings)
+    module.visit(ScriptBuilder(model))
+    return model

@@ -1,0 +1,304 @@
+"""RankGuard recognition: what an `if` test says about which processes run.
+
+Recognised (aliases resolved, helpers followed into the file or local modules):
+  rank tests       `rank == 0`, `args.local_rank in [-1, 0]`, `dist.get_rank() == 0`,
+                   `int(os.environ["RANK"]) == 0`, `args.rank % ngpus_per_node == 0`
+  main predicates  `is_main_process()`, `utils.is_main_process()`, `accelerator.is_main_process`,
+                   `trainer.is_global_zero`, `master_process`, names from config
+  distribution     `args.distributed`, `dist.is_initialized()`, `world_size > 1`
+  combinations     `not`, `and`, `or` (`not args.distributed or args.rank == 0`)
+  variables        `is_master = args.rank == 0` ... `if is_master:`
+  helper functions whose `return` is one of the above (`def is_main_process(): return get_rank() == 0`)
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.worlds import (
+    ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
+)
+
+MAIN_PREDICATES = {
+    "is_main_process", "is_main", "main_process", "is_master", "is_master_process",
+    "master_process", "is_rank_zero", "is_rank0", "rank_zero", "rank0", "is_rank_0",
+    "is_primary", "is_chief", "is_local_main_process", "is_global_zero", "is_local_master",
+    "is_leader", "is_main_worker", "is_logging_process", "is_world_process_zero",
+    "is_local_process_zero", "master", "is_main_rank", "main_proc", "is_main_proc",
+}
+MAIN_DECORATORS = {
+    "rank_zero_only", "master_only", "main_process_only", "on_main_process",
+    "on_local_main_process", "rank_zero", "only_rank_zero", "run_on_main_process", "main_only",
+}
+DIST_FLAGS = {
+    "distributed", "is_distributed", "multi_gpu", "multiprocessing_distributed", "use_ddp",
+    "ddp", "use_distributed", "is_dist", "dist_enabled", "use_dist",
+}
+DIST_PREDICATES = {"is_initialized", "is_dist_avail_and_initialized", "is_distributed", "dist_is_initialized"}
+RANK_NAMES = {
+    "rank", "local_rank", "global_rank", "ddp_rank", "ddp_local_rank", "world_rank", "rank_id",
+    "local_process_index", "process_index", "gpu", "gpu_id", "local_gpu", "proc_id",
+}
+RANK_FUNCTIONS = {"get_rank", "get_local_rank", "get_global_rank", "get_ordinal", "get_process_index", "get_world_rank"}
+RANK_ENV = {"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}
+WORLD_SIZE_NAMES = {"world_size", "num_processes", "nprocs", "ddp_world_size", "num_replicas"}
+
+# Values a rank variable takes in each world: rank 0, the other ranks, and a
+# single process (where scripts use 0 or the sentinel -1).
+_REPRESENTATIVES = {D0: (0,), DN: (1, 2, 3, 7), S: (-1, 0)}
+
+
+def condition_of(model, expr: cst.BaseExpression, scope) -> Condition:
+    memo = ("cond", id(expr))
+    cache = model._memo
+    if memo in cache:
+        return cache[memo] if cache[memo] is not None else UNKNOWN
+    cache[memo] = None  # in progress: recursive definitions read as unknown
+    result = _condition(model, expr, scope)
+    cache[memo] = result
+    return result
+
+
+def _last(model, expr: cst.BaseExpression) -> str | None:
+    d = dotted_name(expr)
+    if d is None:
+        return None
+    return model.imports.qualify(d).rpartition(".")[2]
+
+
+def _extra_guards(model) -> set[str]:
+    settings = model.settings
+    return set(getattr(settings, "main_process_guards", ()) or ())
+
+
+def _condition(model, expr: cst.BaseExpression, scope) -> Condition:
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        return condition_of(model, expr.expression, scope).negate()
+    if isinstance(expr, cst.BooleanOperation):
+        left = condition_of(model, expr.left, scope)
+        right = condition_of(model, expr.right, scope)
+        return left.and_(right) if isinstance(expr.operator, cst.And) else left.or_(right)
+    if isinstance(expr, cst.Comparison):
+        return _comparison(model, expr, scope)
+    if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
+        return TRUE if expr.value == "True" else FALSE
+    if isinstance(expr, cst.Call):
+        return _call_condition(model, expr, scope)
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        return _name_condition(model, expr, scope)
+    return UNKNOWN
+
+
+def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
+    last = _last(model, expr)
+    if last is None:
+        return UNKNOWN
+    key = dotted_name(expr)
+    # A variable assigned in this file: judge what was assigned, where.
+    assigns = model.assignments(key, scope) if key else []
+    if assigns and all(a.value is not None and a.augmented is None for a in assigns):
+        conds = []
+        for a in assigns:
+            value = condition_of(model, a.value, a.ctx.function)
+            where = model.worlds(a.ctx)
+            conds.append(Condition(value.must & where, value.may & where))
+        if any(c != UNKNOWN for c in conds):
+            must = NONE
+            may = NONE
+            for c in conds:
+                must |= c.must
+                may |= c.may
+            return Condition(must, may)
+    if last in MAIN_PREDICATES or last in _extra_guards(model):
+        return Condition.exactly(MAIN)
+    if last in DIST_FLAGS:
+        return Condition.exactly(DISTRIBUTED)
+    return UNKNOWN
+
+
+def _call_condition(model, call: cst.Call, scope) -> Condition:
+    last = _last(model, call.func)
+    if last is None:
+        return UNKNOWN
+    if last in MAIN_PREDICATES or last in _extra_guards(model):
+        return Condition.exactly(MAIN)
+    if last in DIST_PREDICATES:
+        return Condition.exactly(DISTRIBUTED)
+    if last == "is_available":
+        return TRUE   # torch.distributed.is_available(): true on every Linux/macOS build
+    if last == "getattr" and len(call.args) >= 2 and isinstance(call.args[1].value, cst.SimpleString):
+        attr = call.args[1].value.evaluated_value
+        if attr in DIST_FLAGS:
+            return Condition.exactly(DISTRIBUTED)
+        if attr in MAIN_PREDICATES:
+            return Condition.exactly(MAIN)
+    # A helper of the user's: judge what it returns.
+    site = _site(model, call)
+    target = model.resolve_call(site) if site is not None else None
+    if target is not None:
+        tmodel, fn = target
+        if fn.returns:
+            must, may = ALL, NONE
+            for value, ctx in fn.returns:
+                c = condition_of(tmodel, value, fn)
+                where = tmodel.worlds(ctx)
+                must &= c.must | (ALL - where)
+                may |= c.may & where
+            return Condition(must, may)
+    return UNKNOWN
+
+
+def _site(model, call: cst.Call):
+    return model.site_of.get(id(call))
+
+
+# -- rank comparisons ----------------------------------------------------------
+
+def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool:
+    if isinstance(expr, cst.Call):
+        last = _last(model, expr.func)
+        if last in RANK_FUNCTIONS:
+            return True
+        if last == "int" and expr.args:
+            return is_rank_expr(model, expr.args[0].value, scope, depth)
+        if last in ("get", "getenv") and expr.args:
+            return _env_key(expr.args[0].value) in RANK_ENV
+        return False
+    if isinstance(expr, cst.Subscript):
+        base = dotted_name(expr.value)
+        if base and model.imports.qualify(base) == "os.environ" and len(expr.slice) == 1:
+            idx = expr.slice[0].slice
+            return isinstance(idx, cst.Index) and _env_key(idx.value) in RANK_ENV
+        return False
+    if isinstance(expr, (cst.Name, cst.Attribute)):
+        last = _last(model, expr)
+        if last in RANK_NAMES or (last and last.endswith("_rank") and last != "node_rank"):
+            return True
+        key = dotted_name(expr)
+        if depth < 2 and key:
+            assigns = model.assignments(key, scope)
+            return bool(assigns) and all(
+                a.value is not None and is_rank_expr(model, a.value, a.ctx.function, depth + 1) for a in assigns
+            )
+    return False
+
+
+def _env_key(expr: cst.BaseExpression) -> str | None:
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _literal(expr: cst.BaseExpression):
+    """An int (or "0"-like string) literal, a tuple/list/set of them, else None."""
+    if isinstance(expr, cst.Integer):
+        return int(expr.value)
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
+        return -int(expr.expression.value)
+    if isinstance(expr, cst.SimpleString):
+        value = expr.evaluated_value
+        if isinstance(value, str) and value.lstrip("-").isdigit():
+            return int(value)
+        return None
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        items = [_literal(e.value) for e in expr.elements]
+        if items and all(isinstance(i, int) for i in items):
+            return tuple(items)
+    return None
+
+
+_OPS = {
+    cst.Equal: lambda a, b: a == b, cst.NotEqual: lambda a, b: a != b,
+    cst.LessThan: lambda a, b: a < b, cst.LessThanEqual: lambda a, b: a <= b,
+    cst.GreaterThan: lambda a, b: a > b, cst.GreaterThanEqual: lambda a, b: a >= b,
+    cst.Is: lambda a, b: a == b, cst.IsNot: lambda a, b: a != b,
+    cst.In: lambda a, b: a in b, cst.NotIn: lambda a, b: a not in b,
+}
+_FLIP = {cst.LessThan: cst.GreaterThan, cst.GreaterThan: cst.LessThan,
+         cst.LessThanEqual: cst.GreaterThanEqual, cst.GreaterThanEqual: cst.LessThanEqual}
+
+
+def _comparison(model, expr: cst.Comparison, scope) -> Condition:
+    if len(expr.comparisons) != 1:
+        return UNKNOWN
+    target = expr.comparisons[0]
+    op_type = type(target.operator)
+    left, right = expr.left, target.comparator
+    if op_type not in _OPS:
+        return UNKNOWN
+    # `rank % ngpus_per_node == 0`: the first process of every node (torchvision,
+    # MoCo). For logging and saving it is a rank guard.
+    if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo):
+        if is_rank_expr(model, left.left, scope) and _literal(right) == 0:
+            if op_type is cst.Equal:
+                return Condition.exactly(MAIN)
+            if op_type is cst.NotEqual:
+                return Condition.exactly(frozenset({DN}))
+        return UNKNOWN
+    if _literal(left) is not None and _literal(right) is None:
+        left, right = right, left
+        if op_type in _FLIP:
+            op_type = _FLIP[op_type]
+        elif op_type in (cst.In, cst.NotIn):
+            return UNKNOWN
+    value = _literal(right)
+    if value is None:
+        return _size_comparison(model, left, op_type, right, scope)
+    if not is_rank_expr(model, left, scope):
+        return _size_comparison(model, left, op_type, right, scope)
+    if isinstance(value, tuple) and op_type not in (cst.In, cst.NotIn):
+        return UNKNOWN
+    if not isinstance(value, tuple) and op_type in (cst.In, cst.NotIn):
+        return UNKNOWN
+    test = _OPS[op_type]
+    must, may = set(), set()
+    for world, reps in _REPRESENTATIVES.items():
+        results = [test(r, value) for r in reps]
+        if all(results):
+            must.add(world)
+        if any(results):
+            may.add(world)
+    return Condition(frozenset(must), frozenset(may))
+
+
+def _size_comparison(model, left, op_type, right, scope) -> Condition:
+    """`world_size > 1` / `dist.get_world_size() == 1`."""
+    value = _literal(right)
+    if not isinstance(value, int):
+        return UNKNOWN
+    if isinstance(left, cst.Call):
+        last = _last(model, left.func)
+        is_ws = last == "get_world_size"
+    else:
+        last = _last(model, left)
+        is_ws = last in WORLD_SIZE_NAMES
+    if not is_ws:
+        return UNKNOWN
+    test = _OPS[op_type]
+    # distributed jobs have world size 2+ (say 2 and 8), a single process 1
+    dist_true = [test(n, value) for n in (2, 8)]
+    single_true = test(1, value)
+    must, may = set(), set()
+    if all(dist_true):
+        must |= {D0, DN}
+    if any(dist_true):
+        may |= {D0, DN}
+    if single_true:
+        must.add(S)
+        may.add(S)
+    return Condition(frozenset(must), frozenset(may))
+
+
+def function_worlds(model, fn) -> frozenset[str]:
+    """Worlds a function body runs in by its decorators alone (`@rank_zero_only`)."""
+    extra = _extra_guards(model)
+    for dec in fn.decorators:
+        last = dec.rpartition(".")[2]
+        if last in MAIN_DECORATORS or last in extra:
+            return MAIN
+    return ALL
+
+
+__all__ = ["condition_of", "is_rank_expr", "function_worlds", "SINGLE", "ALL"]

@@ -1,0 +1,280 @@
+"""The ScriptModel: one description of a training script that every rule queries.
+
+The builder fills it in a single libcst visit. It records facts (calls with their
+resolved names, assignments, loops, functions, the branches around each of
+them); the interpretations rules share (which processes reach a line, what a
+name holds, which function a call lands in) are answered here, lazily and
+memoised, so no rule re-walks the tree its own way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Iterator
+
+import libcst as cst
+
+from ddpcheck.analysis.names import ImportTable, dotted_name
+from ddpcheck.analysis.worlds import ALL, Condition
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ddpcheck.analysis.project import ProjectIndex
+
+
+@dataclass(eq=False)
+class Branch:
+    """One arm of an `if` around some code (or the code after an early exit,
+    which is the negative arm of that `if`)."""
+
+    test: cst.BaseExpression
+    positive: bool
+    function: "FunctionInfo | None"
+
+
+@dataclass(eq=False)
+class Ctx:
+    """Where a fact sits: source order, enclosing function, loops and branches."""
+
+    order: int
+    function: "FunctionInfo | None"
+    loops: tuple["Loop", ...]
+    branches: tuple[Branch, ...]
+    no_grad: bool = False
+    class_name: str | None = None
+
+    def inside(self, loop: "Loop") -> bool:
+        return loop in self.loops
+
+
+@dataclass(eq=False)
+class CallSite:
+    node: cst.Call
+    func: str | None      # the callee as written, `dist.all_reduce`, `self.model.load_state_dict`
+    qual: str | None      # with import aliases resolved, `torch.distributed.all_reduce`
+    ctx: Ctx
+    stmt: cst.CSTNode | None = None   # the statement holding the call (for `# noqa` and positions)
+
+    @property
+    def attr(self) -> str | None:
+        """Last component of the callee: `set_epoch` for `x.sampler.set_epoch(e)`."""
+        if self.func is None:
+            if isinstance(self.node.func, cst.Attribute):
+                return self.node.func.attr.value
+            return None
+        return self.func.rpartition(".")[2]
+
+    @property
+    def receiver(self) -> cst.BaseExpression | None:
+        return self.node.func.value if isinstance(self.node.func, cst.Attribute) else None
+
+    def arg(self, keyword: str, position: int | None = None) -> cst.BaseExpression | None:
+        return call_arg(self.node, keyword, position)
+
+    def has_keyword(self, keyword: str) -> bool:
+        return any(a.keyword is not None and a.keyword.value == keyword for a in self.node.args)
+
+    @property
+    def has_star_args(self) -> bool:
+        return any(a.star for a in self.node.args)
+
+
+def call_arg(node: cst.Call, keyword: str, position: int | None = None) -> cst.BaseExpression | None:
+    """The argument passed as `keyword=` or at `position`, if any."""
+    for a in node.args:
+        if a.keyword is not None and a.keyword.value == keyword:
+            return a.value
+    if position is not None:
+        positional = [a for a in node.args if a.keyword is None and not a.star]
+        if position < len(positional) and not any(a.star for a in node.args[: position + 1]):
+            return positional[position].value
+    return None
+
+
+@dataclass(eq=False)
+class Assign:
+    key: str                       # `model`, `self.model`, `args.batch_size`, `os.environ['X']`
+    value: cst.BaseExpression | None   # None for targets we cannot pair with a value (tuple unpacking)
+    ctx: Ctx
+    node: cst.CSTNode
+    augmented: str | None = None   # the operator of `x //= n`, else None
+
+
+@dataclass(eq=False)
+class Loop:
+    node: cst.For | cst.While
+    iter: cst.BaseExpression | None   # None for `while`
+    ctx: Ctx                          # where the loop statement itself is
+    targets: tuple[str, ...] = ()
+
+    @property
+    def is_for(self) -> bool:
+        return isinstance(self.node, cst.For)
+
+
+@dataclass(eq=False)
+class FunctionInfo:
+    name: str
+    node: cst.FunctionDef
+    ctx: Ctx                       # where the def statement is
+    class_name: str | None
+    params: tuple[str, ...]
+    decorators: tuple[str, ...]    # qualified dotted names of decorators
+    returns: list[tuple[cst.BaseExpression, Ctx]] = field(default_factory=list)
+
+    @property
+    def qualname(self) -> str:
+        return f"{self.class_name}.{self.name}" if self.class_name else self.name
+
+
+@dataclass(eq=False)
+class Reference:
+    """A use of a name (`main`, `self.save_checkpoint`): how functions are reached."""
+
+    name: str
+    node: cst.CSTNode
+    ctx: Ctx
+    via_attribute: bool
+
+
+class ScriptModel:
+    def __init__(self, path: str, module: cst.Module, settings) -> None:
+        self.path = path
+        self.module = module
+        self.settings = settings
+        self.imports = ImportTable()
+        self.calls: list[CallSite] = []
+        self.site_of: dict[int, CallSite] = {}   # id(cst.Call) -> CallSite
+        self.assigns: list[Assign] = []
+        self.loops: list[Loop] = []
+        self.functions: list[FunctionInfo] = []
+        self.references: dict[str, list[Reference]] = {}
+        self.class_names: set[str] = set()
+        self.project: "ProjectIndex | None" = None
+        self._memo: dict = {}
+
+    # -- names -------------------------------------------------------------
+    def qualify(self, expr: cst.BaseExpression | None) -> str | None:
+        if expr is None:
+            return None
+        d = dotted_name(expr)
+        return self.imports.qualify(d) if d else None
+
+    def defines(self, name: str) -> bool:
+        """A module-level def or class of this name exists in the file."""
+        return name in self.class_names or any(
+            f.name == name and f.class_name is None for f in self.functions
+        )
+
+    # -- functions ----------------------------------------------------------
+    def functions_named(self, name: str, class_name: str | None = None) -> list[FunctionInfo]:
+        key = ("fn", name, class_name)
+        if key not in self._memo:
+            self._memo[key] = [
+                f for f in self.functions
+                if f.name == name and (class_name is None or f.class_name == class_name)
+            ]
+        return self._memo[key]
+
+    def calls_in(self, fn: FunctionInfo | None) -> list[CallSite]:
+        key = ("calls_in", id(fn))
+        if key not in self._memo:
+            self._memo[key] = [c for c in self.calls if c.ctx.function is fn]
+        return self._memo[key]
+
+    def calls_inside(self, loop: Loop) -> list[CallSite]:
+        return [c for c in self.calls_in(loop.ctx.function) if c.ctx.inside(loop)]
+
+    def refs_to(self, fn: FunctionInfo) -> list[Reference]:
+        """Uses of a function's name in this file, other than its own def."""
+        refs = [r for r in self.references.get(fn.name, []) if r.node is not fn.node.name]
+        if fn.class_name is None:
+            return [r for r in refs if not r.via_attribute or r.name == fn.name]
+        return [r for r in refs if r.via_attribute]
+
+    # -- assignments --------------------------------------------------------
+    def assignments(self, key: str, scope: FunctionInfo | None) -> list[Assign]:
+        """Assignments to `key` visible from `scope`: the function's own, else
+        the module's. Attribute keys on `self` are shared by the whole class."""
+        memo = ("assign", key, id(scope))
+        if memo in self._memo:
+            return self._memo[memo]
+        if key.startswith("self."):
+            cls = scope.class_name if scope else None
+            found = [a for a in self.assigns if a.key == key and a.ctx.class_name == cls]
+        else:
+            found = [a for a in self.assigns if a.key == key and a.ctx.function is scope]
+            if not found and scope is not None:
+                parent = scope.ctx.function
+                found = self.assignments(key, parent) if parent is not scope else []
+        self._memo[memo] = found
+        return found
+
+    def assigns_in(self, fn: FunctionInfo | None) -> list[Assign]:
+        return [a for a in self.assigns if a.ctx.function is fn]
+
+    # -- worlds --------------------------------------------------------------
+    def worlds(self, ctx: Ctx) -> frozenset[str]:
+        """The worlds (rank 0, other ranks, single process) that reach `ctx`,
+        from the branches inside its own function."""
+        from ddpcheck.analysis.guards import condition_of
+
+        result = ALL
+        for b in ctx.branches:
+            cond = condition_of(self, b.test, b.function)
+            result &= cond.true_branch if b.positive else cond.false_branch
+        return result
+
+    def condition(self, expr: cst.BaseExpression, scope: FunctionInfo | None) -> Condition:
+        from ddpcheck.analysis.guards import condition_of
+
+        return condition_of(self, expr, scope)
+
+    # -- cross-file -----------------------------------------------------------
+    def resolve_call(self, call: CallSite) -> tuple["ScriptModel", FunctionInfo] | None:
+        """The function a call lands in, in this file or a local module the
+        script imports. None when it cannot be seen (a library, a dynamic call)."""
+        memo = ("resolve", id(call.node))
+        if memo not in self._memo:
+            self._memo[memo] = self._resolve(call)
+        return self._memo[memo]
+
+    def _resolve(self, call: CallSite) -> tuple["ScriptModel", FunctionInfo] | None:
+        func = call.node.func
+        if isinstance(func, cst.Name):
+            name = func.value
+            local = [f for f in self.functions_named(name) if f.class_name is None]
+            if local:
+                return self, local[-1]
+            src = self.imports.sources.get(name)
+            if src and self.project is not None and src[2] is not None:
+                return self.project.resolve_function(self.path, src[0], src[1], src[2])
+            return None
+        if isinstance(func, cst.Attribute):
+            recv = dotted_name(func.value)
+            if recv == "self" and call.ctx.class_name:
+                methods = self.functions_named(func.attr.value, call.ctx.class_name)
+                return (self, methods[-1]) if methods else None
+            if recv and "." not in recv and self.project is not None:
+                src = self.imports.sources.get(recv)
+                if src:
+                    module, level, attr = src
+                    target = f"{module}.{attr}" if attr and module else (attr or module)
+                    return self.project.resolve_function(self.path, target, level, func.attr.value)
+        return None
+
+    def callees(self, calls: Iterable[CallSite], depth: int = 3) -> Iterator[tuple["ScriptModel", FunctionInfo, CallSite]]:
+        """Functions reached from `calls` (resolved, transitively, `depth` deep),
+        with the call in *this* file that leads there."""
+        seen: set[int] = set()
+        frontier = [(self, c, c) for c in calls]
+        for _ in range(depth):
+            nxt = []
+            for model, call, origin in frontier:
+                target = model.resolve_call(call)
+                if target is None or id(target[1].node) in seen:
+                    continue
+                seen.add(id(target[1].node))
+                tmodel, fn = target
+                yield tmodel, fn, origin
+                nxt.extend((tmodel, c, origin) for c in tmodel.calls_in(fn))
+            frontier = nxt

@@ -1,0 +1,92 @@
+"""Local helper modules a script imports (`from utils import save_on_master`).
+
+When the helper is in the tree being linted, rules use what it really does
+(starts the process group, guards by rank, saves) instead of guessing from its
+name. Each module is parsed once per process and cached."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import libcst as cst
+
+_CACHE: dict[str, object] = {}
+
+
+class ProjectIndex:
+    def __init__(self, settings) -> None:
+        self.settings = settings
+        self.root = Path(settings.root).resolve() if getattr(settings, "root", None) else None
+
+    # -- finding files --------------------------------------------------------
+    def _bases(self, from_path: str, level: int) -> list[Path]:
+        here = Path(from_path).resolve().parent
+        if level > 0:
+            for _ in range(level - 1):
+                here = here.parent
+            return [here]
+        bases = [here]
+        # walk up through packages (folders with __init__.py) to the folder above them
+        cur = here
+        for _ in range(6):
+            if not (cur / "__init__.py").exists():
+                break
+            cur = cur.parent
+            bases.append(cur)
+        if self.root is not None and self.root not in bases:
+            bases.append(self.root)
+        return bases
+
+    def find_module(self, from_path: str, module: str, level: int) -> Path | None:
+        parts = [p for p in module.split(".") if p]
+        for base in self._bases(from_path, level):
+            target = base.joinpath(*parts) if parts else base
+            for candidate in (target.with_suffix(".py") if parts else None, target / "__init__.py"):
+                if candidate is not None and candidate.is_file():
+                    return candidate
+        return None
+
+    def model_for(self, path: Path):
+        key = str(path)
+        try:
+            stamp = os.stat(key).st_mtime_ns
+        except OSError:
+            return None
+        cached = _CACHE.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        from ddpcheck.analysis.builder import build_model
+        from ddpcheck.engine import read_source
+        from ddpcheck.findings import SourceError
+
+        model = None
+        try:
+            module = cst.parse_module(read_source(key))
+            model = build_model(key, module, self.settings)
+            model.project = self
+        except (SourceError, cst.ParserSyntaxError, RecursionError):
+            model = None
+        _CACHE[key] = (stamp, model)
+        return model
+
+    # -- resolving names ----------------------------------------------------------
+    def resolve_function(self, from_path: str, module: str, level: int, name: str, depth: int = 0):
+        """(model, FunctionInfo) for `name` in local module `module`, following
+        re-exports (`from .dist import is_main_process` in a package __init__)."""
+        if depth > 3:
+            return None
+        path = self.find_module(from_path, module, level)
+        if path is None:
+            # `from utils import dist_utils` then `dist_utils.f()`: module is a package member
+            return None
+        model = self.model_for(path)
+        if model is None:
+            return None
+        local = [f for f in model.functions_named(name) if f.class_name is None]
+        if local:
+            return model, local[-1]
+        src = model.imports.sources.get(name)
+        if src and src[2] is not None:
+            return self.resolve_function(str(path), src[0], src[1], src[2], depth + 1)
+        return None

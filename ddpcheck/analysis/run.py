@@ -1,0 +1,50 @@
+"""analyze(): parse once, build the ScriptModel, run the enabled rules, turn
+hits into findings with positions."""
+
+from __future__ import annotations
+
+import libcst as cst
+from libcst.metadata import MetadataWrapper, PositionProvider
+
+from ddpcheck.analysis.builder import build_model
+from ddpcheck.analysis.project import ProjectIndex
+from ddpcheck.findings import Finding, SourceError
+
+
+def parse(text: str) -> cst.Module:
+    try:
+        return cst.parse_module(text)
+    except cst.ParserSyntaxError as exc:
+        reason = str(exc.message).strip().splitlines()[0] if exc.message else "invalid syntax"
+        raise SourceError(f"{exc.raw_line}:{exc.raw_column + 1}: syntax error: {reason}") from None
+    except RecursionError:
+        raise SourceError("too deeply nested to parse") from None
+
+
+def analyze(text: str, path: str, settings) -> list[Finding]:
+    from ddpcheck.rules import REGISTRY  # imports every rule module
+
+    module = parse(text)
+    model = build_model(path, module, settings)
+    model.project = ProjectIndex(settings)
+    hits = []
+    for code in sorted(settings.enabled):
+        rule_cls = REGISTRY.get(code)
+        if rule_cls is None:
+            continue
+        rule = rule_cls()
+        for hit in rule.check(model):
+            hits.append((rule, hit))
+    if not hits:
+        return []
+    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    findings = {}
+    for rule, hit in hits:
+        pos = positions.get(hit.node)
+        line, col = (pos.start.line, pos.start.column + 1) if pos else (1, 1)
+        f = Finding(
+            path=path, line=line, col=col, code=rule.code, name=rule.name,
+            severity=rule.severity, message=hit.message or rule.message, fix=hit.fix or rule.fix,
+        )
+        findings[(f.line, f.code, f.message)] = f
+    return sorted(findings.values())

@@ -1,0 +1,251 @@
+"""What a name or expression holds: a DistributedSampler, a DataLoader, a
+BatchSampler, a DDP/DataParallel-wrapped model.
+
+Follows assignments (`sampler = DistributedSampler(ds) if args.distributed else
+None`), method chains (`DDP(model).cuda()`), and local builder functions
+(`train_loader = build_loader(args)` whose `return` is a DataLoader)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterator
+
+import libcst as cst
+
+from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel, call_arg
+from ddpcheck.analysis.names import dotted_name, is_torch_api
+
+_CHAIN_METHODS = {"cuda", "to", "float", "half", "bfloat16", "train", "eval", "cpu", "double", "requires_grad_"}
+EVAL_NAME = re.compile(r"(^|[_.])(val|valid|validation|test|testing|eval|evaluation|dev|query|gallery|infer|inference)(\b|_|\d|$)", re.I)
+
+DDP_NAMES = ("DistributedDataParallel",)
+DP_NAMES = ("DataParallel",)
+
+
+def call_site(model: ScriptModel, node: cst.Call) -> CallSite | None:
+    return model.site_of.get(id(node))
+
+
+def is_api_call(model: ScriptModel, site: CallSite, *names: str) -> bool:
+    """A call of torch's `names` (and not of a same-named class of the user's)."""
+    if not is_torch_api(site.qual, *names):
+        return False
+    if site.qual and "." not in site.qual and model.defines(site.qual):
+        return False
+    if site.qual and "." not in site.qual and not model.imports.is_imported(site.qual):
+        # bare unimported name: only trust it with a star import in the file
+        return bool(model.imports.star_modules)
+    return True
+
+
+def is_ddp_wrap(model: ScriptModel, site: CallSite) -> bool:
+    if is_api_call(model, site, *DDP_NAMES):
+        return True
+    # apex's DDP behaves the same for every rule that asks
+    return bool(site.qual) and site.qual.startswith("apex.") and site.qual.endswith(".DistributedDataParallel")
+
+
+def is_dp_wrap(model: ScriptModel, site: CallSite) -> bool:
+    return is_api_call(model, site, *DP_NAMES)
+
+
+def origins(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None,
+            depth: int = 0) -> Iterator[tuple[ScriptModel, CallSite]]:
+    """The calls whose result `expr` can hold (in this model or a helper's)."""
+    if expr is None or depth > 4:
+        return
+    if isinstance(expr, cst.IfExp):
+        yield from origins(model, expr.body, scope, depth + 1)
+        yield from origins(model, expr.orelse, scope, depth + 1)
+        return
+    if isinstance(expr, cst.BooleanOperation):   # `sampler or None`
+        yield from origins(model, expr.left, scope, depth + 1)
+        yield from origins(model, expr.right, scope, depth + 1)
+        return
+    if isinstance(expr, cst.Call):
+        site = call_site(model, expr)
+        if site is None:
+            return
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _CHAIN_METHODS:
+            yield from origins(model, func.value, scope, depth + 1)
+            return
+        yield model, site
+        target = model.resolve_call(site)
+        if target is not None:
+            tmodel, fn = target
+            for value, _ctx in fn.returns:
+                yield from origins(tmodel, value, fn, depth + 1)
+        return
+    key = dotted_name(expr)
+    if key is None:
+        return
+    for a in model.assignments(key, scope):
+        if a.value is not None and a.augmented is None:
+            yield from origins(model, a.value, a.ctx.function, depth + 1)
+
+
+def key_of(model: ScriptModel, site: CallSite) -> str | None:
+    """The name a call's result is assigned to (`train_loader` for
+    `train_loader = DataLoader(...)`), through IfExp and method chains."""
+    memo = ("key_of", id(site.node))
+    if memo in model._memo:
+        return model._memo[memo]
+    result = None
+    for a in model.assigns_in(site.ctx.function):
+        if a.value is None:
+            continue
+        if a.value is site.node or any(s is site.node for s in _direct_values(a.value)):
+            result = a.key
+            break
+    model._memo[memo] = result
+    return result
+
+
+def _direct_values(expr: cst.BaseExpression) -> Iterator[cst.BaseExpression]:
+    if isinstance(expr, cst.IfExp):
+        yield from _direct_values(expr.body)
+        yield from _direct_values(expr.orelse)
+    elif isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value in _CHAIN_METHODS:
+        yield from _direct_values(expr.func.value)
+    else:
+        yield expr
+
+
+# -- samplers and loaders ------------------------------------------------------
+
+@dataclass(frozen=True)
+class SamplerInfo:
+    model: ScriptModel
+    site: CallSite
+    key: str | None
+
+    @property
+    def shuffle(self) -> bool | None:
+        """True (the default), False, or None when it is computed at run time."""
+        arg = self.site.arg("shuffle", 3)
+        if arg is None:
+            return True
+        if isinstance(arg, cst.Name) and arg.value in ("True", "False"):
+            return arg.value == "True"
+        return None
+
+    @property
+    def drop_last(self) -> bool | None:
+        arg = self.site.arg("drop_last", 5)
+        if arg is None:
+            return False
+        if isinstance(arg, cst.Name) and arg.value in ("True", "False"):
+            return arg.value == "True"
+        return None
+
+
+@dataclass(frozen=True)
+class LoaderInfo:
+    model: ScriptModel
+    site: CallSite
+    key: str | None
+    samplers: tuple[SamplerInfo, ...]      # DistributedSamplers feeding it
+    batch_sampler_keys: tuple[str, ...]     # names of BatchSamplers in between
+
+    @property
+    def batch_size(self) -> cst.BaseExpression | None:
+        return self.site.arg("batch_size", 1)
+
+    def looks_like_eval(self) -> bool:
+        names = [self.key or ""] + [s.key or "" for s in self.samplers]
+        return any(EVAL_NAME.search(n) for n in names if n)
+
+
+def distributed_samplers(model: ScriptModel, expr, scope) -> list[SamplerInfo]:
+    found = []
+    for m, site in origins(model, expr, scope):
+        if is_api_call(m, site, "DistributedSampler"):
+            found.append(SamplerInfo(m, site, key_of(m, site)))
+    return found
+
+
+def loaders(model: ScriptModel) -> list[LoaderInfo]:
+    memo = ("loaders",)
+    if memo in model._memo:
+        return model._memo[memo]
+    result = []
+    for site in model.calls:
+        if not is_api_call(model, site, "DataLoader"):
+            continue
+        scope = site.ctx.function
+        samplers = distributed_samplers(model, site.arg("sampler", 3), scope)
+        batch_keys = []
+        bs_expr = site.arg("batch_sampler", 4)
+        if bs_expr is not None:
+            for m, bs in origins(model, bs_expr, scope):
+                if is_api_call(m, bs, "BatchSampler"):
+                    samplers += distributed_samplers(m, bs.arg("sampler", 0), bs.ctx.function)
+                    k = key_of(m, bs)
+                    if k:
+                        batch_keys.append(k)
+                elif is_api_call(m, bs, "DistributedSampler"):
+                    samplers.append(SamplerInfo(m, bs, key_of(m, bs)))
+        result.append(LoaderInfo(model, site, key_of(model, site), tuple(samplers), tuple(batch_keys)))
+    model._memo[memo] = result
+    return result
+
+
+# -- wrapped models --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WrapInfo:
+    site: CallSite
+    kind: str             # "DistributedDataParallel" or "DataParallel"
+    key: str | None       # the name holding the wrapper
+    inner: str | None     # the name of the module that was wrapped
+
+    @property
+    def order(self) -> int:
+        return self.site.ctx.order
+
+
+def wraps(model: ScriptModel) -> list[WrapInfo]:
+    memo = ("wraps",)
+    if memo in model._memo:
+        return model._memo[memo]
+    result = []
+    for site in model.calls:
+        if is_ddp_wrap(model, site):
+            kind = "DistributedDataParallel"
+        elif is_dp_wrap(model, site):
+            kind = "DataParallel"
+        else:
+            continue
+        inner = site.arg("module", 0)
+        result.append(WrapInfo(site, kind, key_of(model, site), dotted_name(inner) if inner is not None else None))
+    model._memo[memo] = result
+    return result
+
+
+def iterated_keys(expr: cst.BaseExpression | None, depth: int = 0) -> Iterator[str]:
+    """Names an iteration runs over: `loader` in `enumerate(tqdm(loader))`,
+    `metric_logger.log_every(loader, 10)`, `zip(a, b)`."""
+    if expr is None or depth > 3:
+        return
+    key = dotted_name(expr)
+    if key:
+        yield key
+        return
+    if isinstance(expr, cst.Call):
+        for a in expr.args:
+            if a.keyword is None or a.keyword.value in ("iterable", "loader", "data_loader"):
+                yield from iterated_keys(a.value, depth + 1)
+
+
+def exclusive(a, b) -> bool:
+    """Two contexts sit in different arms of the same `if`: never both run."""
+    arms = {id(br.test): br.positive for br in a.branches}
+    return any(id(br.test) in arms and arms[id(br.test)] != br.positive for br in b.branches)
+
+
+__all__ = [
+    "call_arg", "loaders", "wraps", "origins", "distributed_samplers", "iterated_keys",
+    "is_api_call", "exclusive", "key_of", "call_site", "EVAL_NAME",
+]
