@@ -33,13 +33,12 @@ Suppressions = dict[int, "frozenset[str] | None"]
 
 def parse_directive(comment: str) -> "frozenset[str] | None | bool":
     """The codes a comment suppresses: a frozenset, None for all, False for none."""
-    match = NOQA_DIRECTIVE.search(comment)
-    if match is None:
+    matches = list(NOQA_DIRECTIVE.finditer(comment))
+    if not matches:
         return False
-    codes = match.group("codes")
-    if not codes:
+    if any(not m.group("codes") for m in matches):
         return None
-    return frozenset(code.upper() for code in _CODE.findall(codes))
+    return frozenset(code.upper() for m in matches for code in _CODE.findall(m.group("codes")))
 
 
 def _comments(text: str) -> Iterable[tuple[int, str]]:
