@@ -188,8 +188,13 @@ class ScriptModel:
         """Uses of a function's name in this file, other than its own def."""
         refs = [r for r in self.references.get(fn.name, []) if r.node is not fn.node.name]
         if fn.class_name is None:
-            return [r for r in refs if not r.via_attribute or r.name == fn.name]
-        return [r for r in refs if r.via_attribute]
+            return [r for r in refs if not r.via_attribute]
+        # a method is reached through `self.save(...)` / `trainer.save(...)`, not `torch.save(...)`
+        return [r for r in refs if r.via_attribute and not self._module_attribute(r.node)]
+
+    def _module_attribute(self, node: cst.CSTNode) -> bool:
+        d = dotted_name(node) if isinstance(node, cst.Attribute) else None
+        return bool(d) and d.split(".")[0] != "self" and self.imports.is_imported(d)
 
     # -- assignments --------------------------------------------------------
     def assignments(self, key: str, scope: FunctionInfo | None) -> list[Assign]:

@@ -1,0 +1,50 @@
+"""Command-line options a script declares with argparse (`add_argument`):
+their dest, option strings, default and help text. DDP103 reads the help text
+("total batch size across all GPUs"), DDP501 the `--local_rank` spellings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpcheck.analysis.model import CallSite, ScriptModel
+
+
+@dataclass(frozen=True)
+class Option:
+    site: CallSite
+    flags: tuple[str, ...]
+    dest: str
+    help: str
+
+    @property
+    def default(self) -> cst.BaseExpression | None:
+        return self.site.arg("default")
+
+
+def _string(expr) -> str | None:
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def options(model: ScriptModel) -> list[Option]:
+    memo = ("options",)
+    if memo in model._memo:
+        return model._memo[memo]
+    found = []
+    for site in model.calls:
+        if site.attr != "add_argument":
+            continue
+        flags = tuple(s for s in (_string(a.value) for a in site.node.args if a.keyword is None) if s)
+        if not flags:
+            continue
+        dest = _string(site.arg("dest"))
+        if dest is None:
+            longs = [f for f in flags if f.startswith("--")]
+            dest = (longs[0] if longs else flags[0]).lstrip("-").replace("-", "_")
+        found.append(Option(site, flags, dest, _string(site.arg("help")) or ""))
+    model._memo[memo] = found
+    return found

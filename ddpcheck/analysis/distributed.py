@@ -1,0 +1,73 @@
+"""Summaries of what code does to the process group, shared by rules:
+does the script run distributed at all, does a function start the group.
+Helpers in local modules are followed (init_distributed_mode in utils.py)."""
+
+from __future__ import annotations
+
+import re
+
+from ddpcheck.analysis.model import FunctionInfo, ScriptModel
+from ddpcheck.analysis.values import distributed_samplers, is_api_call, wraps
+
+# A helper we cannot see whose name says it starts the process group.
+INIT_HELPER_NAME = re.compile(r"(init|setup|set_up|start).*(dist|ddp|process_group)|(dist|ddp).*(init|setup)", re.I)
+
+
+def is_init_call(model: ScriptModel, site) -> bool:
+    return is_api_call(model, site, "init_process_group")
+
+
+def function_inits(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
+    """The function (or one it calls, 3 deep) calls init_process_group."""
+    memo = ("inits", id(fn))
+    if memo in model._memo:
+        return model._memo[memo]
+    model._memo[memo] = False
+    result = any(is_init_call(model, c) for c in model.calls_in(fn))
+    if not result and depth < 3:
+        for c in model.calls_in(fn):
+            target = model.resolve_call(c)
+            if target is not None and function_inits(target[0], target[1], depth + 1):
+                result = True
+                break
+    model._memo[memo] = result
+    return result
+
+
+def init_calls(model: ScriptModel) -> list:
+    """Calls in this file that start the process group: init_process_group
+    itself or a helper (resolved, or unresolvable but named like one)."""
+    memo = ("init_calls",)
+    if memo in model._memo:
+        return model._memo[memo]
+    found = []
+    for c in model.calls:
+        if is_init_call(model, c):
+            found.append(c)
+            continue
+        target = model.resolve_call(c)
+        if target is not None:
+            if target[0] is not model and function_inits(*target):
+                found.append(c)
+            elif target[0] is model and function_inits(*target):
+                found.append(c)
+        elif c.attr and INIT_HELPER_NAME.search(c.attr):
+            found.append(c)
+    model._memo[memo] = found
+    return found
+
+
+def runs_distributed(model: ScriptModel) -> bool:
+    """The script starts a process group, wraps in DDP or shards with a
+    DistributedSampler: it runs as several processes."""
+    memo = ("runs_distributed",)
+    if memo in model._memo:
+        return model._memo[memo]
+    result = bool(init_calls(model)) or any(w.kind == "DistributedDataParallel" for w in wraps(model)) or any(
+        is_api_call(model, c, "DistributedSampler") for c in model.calls
+    )
+    model._memo[memo] = result
+    return result
+
+
+__all__ = ["runs_distributed", "init_calls", "function_inits", "distributed_samplers"]

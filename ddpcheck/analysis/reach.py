@@ -1,0 +1,36 @@
+"""Can a non-zero rank reach this line? The worlds of the line's own branches,
+then, up the call graph, the worlds of every place its function is called from
+(in the same file; a function nobody in the file calls is a library entry
+point we cannot judge, so it counts as unreached)."""
+
+from __future__ import annotations
+
+from ddpcheck.analysis.guards import function_worlds
+from ddpcheck.analysis.model import Ctx, FunctionInfo, ScriptModel
+from ddpcheck.analysis.worlds import DN
+
+
+def other_ranks_reach(model: ScriptModel, ctx: Ctx) -> bool:
+    if DN not in model.worlds(ctx):
+        return False
+    return _function_reached(model, ctx.function, set())
+
+
+def _function_reached(model: ScriptModel, fn: FunctionInfo | None, seen: set[int]) -> bool:
+    if fn is None:
+        return True
+    if DN not in function_worlds(model, fn):
+        return False
+    if id(fn) in seen:
+        return False
+    seen.add(id(fn))
+    memo = ("reached", id(fn))
+    if memo in model._memo:
+        return model._memo[memo]
+    result = False
+    for ref in model.refs_to(fn):
+        if DN in model.worlds(ref.ctx) and _function_reached(model, ref.ctx.function, seen):
+            result = True
+            break
+    model._memo[memo] = result
+    return result

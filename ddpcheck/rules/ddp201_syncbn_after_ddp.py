@@ -1,0 +1,54 @@
+"""DDP201 syncbn-after-ddp."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.values import exclusive, is_ddp_wrap, origins, wraps
+from ddpcheck.findings import Severity
+from ddpcheck.rules.base import Hit, Rule, register
+
+
+def is_syncbn_conversion(site) -> bool:
+    q = site.qual or ""
+    if q.endswith("SyncBatchNorm.convert_sync_batchnorm"):
+        return True
+    return q.rpartition(".")[2] == "convert_syncbn_model" and q.startswith("apex.")
+
+
+@register
+class SyncBNAfterDDP(Rule):
+    code = "DDP201"
+    name = "syncbn-after-ddp"
+    severity = Severity.WARNING
+    message = "SyncBatchNorm conversion runs after the model was wrapped in DistributedDataParallel"
+    fix = "convert first, then wrap: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before `DDP(model, ...)`"
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        for site in model.calls:
+            if not is_syncbn_conversion(site):
+                continue
+            arg = site.arg("module", 0)
+            if arg is None:
+                continue
+            if any(is_ddp_wrap(m, o) for m, o in origins(model, arg, site.ctx.function)
+                   if o.ctx.order < site.ctx.order or m is not model):
+                yield Hit(site.node, message=self._message(dotted_name(arg) or "the model"))
+                continue
+            key = dotted_name(arg)
+            if key is None:
+                continue
+            key = key.removesuffix(".module")
+            for w in wraps(model):
+                if (w.kind == "DistributedDataParallel" and w.key == key and w.order < site.ctx.order
+                        and w.site.ctx.function is site.ctx.function and not exclusive(w.site.ctx, site.ctx)):
+                    yield Hit(site.node, message=self._message(key))
+                    break
+
+    def _message(self, name: str) -> str:
+        return (f"`{name}` is converted to SyncBatchNorm after it was wrapped in DistributedDataParallel: "
+                "DDP inspects the module once, when it wraps it (parameter and buffer lists, SyncBatchNorm "
+                "checks), so layers swapped in afterwards bypass that set-up; PyTorch only supports converting "
+                "before the wrap, and a conversion that returns a new module never reaches the wrapper")

@@ -1,0 +1,68 @@
+"""DDP202 wrap-before-load."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.values import exclusive, wraps
+from ddpcheck.findings import Severity
+from ddpcheck.rules.base import Hit, Rule, register
+
+
+def _still_wrapped(model: ScriptModel, key: str, wrap_order: int, load_order: int, scope) -> bool:
+    """No reassignment between the wrap and the load replaced the wrapper
+    (`model = model.module` unwraps; `model = build()` starts over)."""
+    for a in model.assignments(key, scope):
+        if wrap_order < a.ctx.order < load_order and a.value is not None:
+            text = model.module.code_for_node(a.value)
+            if f"{key}.module" in text or key not in text:
+                return False
+    return True
+
+
+def _saves_wrapper_state(model: ScriptModel, key: str) -> bool:
+    """The script itself saves `key.state_dict()`: its checkpoints carry the
+    `module.` prefix, so loading them back into the wrapper is consistent."""
+    for c in model.calls:
+        if c.attr == "state_dict" and c.receiver is not None and dotted_name(c.receiver) == key:
+            if any(s.attr == "save" for s in model.calls if s.stmt is c.stmt):
+                return True
+    return False
+
+
+@register
+class WrapBeforeLoad(Rule):
+    code = "DDP202"
+    name = "wrap-before-load"
+    severity = Severity.ERROR
+    message = "weights are loaded into the DataParallel/DDP wrapper instead of the model it wraps"
+    fix = "load the weights before wrapping, or load into `model.module` (keep a `model_without_ddp = model.module`)"
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        for site in model.calls:
+            if site.attr != "load_state_dict" or site.receiver is None:
+                continue
+            key = dotted_name(site.receiver)
+            if key is None or key.endswith(".module"):
+                continue
+            for w in wraps(model):
+                if (w.key == key and w.order < site.ctx.order and w.site.ctx.function is site.ctx.function
+                        and not exclusive(w.site.ctx, site.ctx)):
+                    if _saves_wrapper_state(model, key) or not _still_wrapped(
+                            model, key, w.order, site.ctx.order, site.ctx.function):
+                        break
+                    strict = site.arg("strict", 1)
+                    silent = getattr(strict, "value", None) == "False"
+                    consequence = (
+                        "with strict=False nothing matches and the weights are silently NOT loaded"
+                        if silent else
+                        "a plain checkpoint's keys lack the `module.` prefix the wrapper expects, so loading "
+                        "fails with missing/unexpected keys"
+                    )
+                    yield Hit(site.node, message=(
+                        f"`{key}` is already wrapped in {w.kind} when its weights are loaded: "
+                        f"{consequence}"
+                    ))
+                    break

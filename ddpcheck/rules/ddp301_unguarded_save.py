@@ -1,0 +1,77 @@
+"""DDP301 unguarded-save."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ddpcheck.analysis.distributed import runs_distributed
+from ddpcheck.analysis.guards import function_worlds
+from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.analysis.reach import other_ranks_reach
+from ddpcheck.analysis.worlds import DN
+from ddpcheck.findings import Severity
+from ddpcheck.rules.base import Hit, Rule, register
+
+_WHY = {
+    "save": "every rank writes the same checkpoint to the same path at once: N-fold I/O and, when the writes interleave, a corrupt file",
+    "SummaryWriter": "every rank opens its own TensorBoard event file, so each curve appears once per GPU",
+    "wandb": "every rank starts or logs to its own W&B run (or fails: wandb.log before wandb.init on the other ranks)",
+}
+
+
+def checkpoint_write(site: CallSite) -> str | None:
+    """The kind of every-rank write a call is, or None."""
+    q = site.qual or ""
+    if q.startswith("torch.") and q.rpartition(".")[2] == "save":
+        return "save"
+    if q.rpartition(".")[2] == "SummaryWriter" and ("tensorboard" in q or "tensorboardX" in q):
+        return "SummaryWriter"
+    if q in ("wandb.init", "wandb.log"):
+        return "wandb"
+    return None
+
+
+def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> CallSite | None:
+    """A write a function performs whatever rank calls it (no guard inside)."""
+    if DN not in function_worlds(model, fn):
+        return None
+    for c in model.calls_in(fn):
+        if DN not in model.worlds(c.ctx):
+            continue
+        if checkpoint_write(c):
+            return c
+        if depth < 2:
+            target = model.resolve_call(c)
+            if target is not None and writes_on_every_rank(target[0], target[1], depth + 1):
+                return c
+    return None
+
+
+@register
+class UnguardedSave(Rule):
+    code = "DDP301"
+    name = "unguarded-save"
+    severity = Severity.WARNING
+    message = "checkpoint/log write reached on every rank"
+    fix = ("guard it so only rank 0 writes: `if dist.get_rank() == 0:` (or your `is_main_process()` helper), "
+           "or call a `save_on_master(...)` helper")
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        if not runs_distributed(model):
+            return
+        for site in model.calls:
+            kind = checkpoint_write(site)
+            if kind is not None:
+                if other_ranks_reach(model, site.ctx):
+                    what = site.func or "this call"
+                    yield Hit(site.node, message=f"`{what}(...)` runs on every rank: {_WHY[kind]}")
+                continue
+            target = model.resolve_call(site)
+            if target is None or target[0] is model:
+                continue   # same-file helpers are reported at their own write
+            inner = writes_on_every_rank(*target)
+            if inner is not None and other_ranks_reach(model, site.ctx):
+                yield Hit(site.node, message=(
+                    f"`{site.func}(...)` ({target[0].path}) writes with `{inner.func}(...)` without a rank guard, "
+                    f"and this call runs on every rank: {_WHY.get(checkpoint_write(inner) or 'save')}"
+                ))
