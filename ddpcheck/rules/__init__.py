@@ -1,10 +1,13 @@
-"""Every rule module registers itself on import."""
+"""The rule pack. Every module here named `ddpNNN_<name>.py` defines one rule
+and registers it on import; adding a rule is adding a module (and its page in
+rules/<CODE>.md)."""
+
+import importlib
+import pkgutil
+import re
 
 from ddpcheck.rules.base import REGISTRY, Hit, Rule, register  # noqa: F401
-from ddpcheck.rules import (  # noqa: F401
-    ddp101_missing_set_epoch,
-    ddp103_undivided_batch,
-    ddp201_syncbn_after_ddp,
-    ddp202_wrap_before_load,
-    ddp301_unguarded_save,
-)
+
+for _info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name):
+    if re.fullmatch(r"ddp\d{3}_\w+", _info.name):
+        importlib.import_module(f"{__name__}.{_info.name}")
