@@ -8,6 +8,7 @@ ConfigError whose message is one line naming the file and the problem.
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,7 +94,9 @@ def ignored_for(path: str, config: Config) -> frozenset[str]:
 
 def find_pyproject(start: Path) -> Path | None:
     """Nearest pyproject.toml at or above `start` that has [tool.ddpcheck]."""
-    start = start.resolve()
+    # abspath, not resolve(): resolving a symlink loop raises, and the first
+    # path may well be a bad input that discovery reports on its own.
+    start = Path(os.path.abspath(start))
     folder = start if start.is_dir() else start.parent
     for candidate_dir in (folder, *folder.parents):
         candidate = candidate_dir / "pyproject.toml"

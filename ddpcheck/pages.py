@@ -29,11 +29,15 @@ def _repo_rules_dir() -> Path:
 
 def load_page(code: str) -> str:
     name = f"{code.upper()}.md"
+    # In a wheel the pages are the data folder ddpcheck/pages/. It is reached
+    # through the `ddpcheck` package, not imported as `ddpcheck.pages`: this
+    # module has that name, and a module wins over a folder without
+    # __init__.py when Python imports.
     try:
-        resource = importlib.resources.files("ddpcheck.pages") / name
+        resource = importlib.resources.files("ddpcheck").joinpath("pages", name)
         if resource.is_file():
             return resource.read_text(encoding="utf-8")
-    except (ModuleNotFoundError, FileNotFoundError, NotADirectoryError):
+    except (FileNotFoundError, NotADirectoryError):
         pass
     fallback = _repo_rules_dir() / name
     if fallback.is_file():

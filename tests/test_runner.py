@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+
+import ddpcheck.analysis.run as run
+from ddpcheck.engine import LintSettings
+from ddpcheck.findings import Finding, Severity
+from ddpcheck.runner import IN_PROCESS_MAX_FILES, lint_files
+from tests.conftest import PREAMBLE, write
+
+
+def pid_analyze(text, path, settings):
+    """Reports which process analysed the file."""
+    return [Finding(path, 1, 1, "DDP901", "pid", Severity.INFO, str(os.getpid()), "")]
+
+
+@pytest.fixture
+def many_files(tmp_path, monkeypatch, fake_rules):
+    monkeypatch.setattr(run, "analyze", pid_analyze)
+    names = [f"f{i:03d}.py" for i in range(IN_PROCESS_MAX_FILES * 2)]
+    for name in names:
+        write(tmp_path / name, PREAMBLE)
+    settings = LintSettings(enabled=frozenset({"DDP901"}))
+    # Deliberately unsorted input: output order must not depend on it.
+    return [(str(tmp_path / n), settings) for n in reversed(names)]
+
+
+def pids(results) -> set[str]:
+    return {f.message for r in results for f in r.findings}
+
+
+def test_many_files_use_worker_processes_and_come_back_sorted(many_files):
+    results = lint_files(many_files, jobs=2)
+    assert [r.path for r in results] == sorted(path for path, _ in many_files)
+    assert str(os.getpid()) not in pids(results)
+    assert len(results) == len(many_files) and all(len(r.findings) == 1 for r in results)
+
+
+def test_a_handful_of_files_stay_in_process(many_files):
+    results = lint_files(many_files[:3], jobs=2)
+    assert pids(results) == {str(os.getpid())}
+    assert [r.path for r in results] == sorted(path for path, _ in many_files[:3])
+
+
+def test_one_job_stays_in_process(many_files):
+    assert pids(lint_files(many_files, jobs=1)) == {str(os.getpid())}
+
+
+def test_prefiltered_files_are_never_analysed(tmp_path, monkeypatch, fake_rules):
+    def must_not_run(*args):
+        raise AssertionError("analyze called for a file without any distributed mention")
+
+    monkeypatch.setattr(run, "analyze", must_not_run)
+    write(tmp_path / "plain.py", "import os\nprint(os.getcwd())\n")
+    [result] = lint_files([(str(tmp_path / "plain.py"), LintSettings(enabled=frozenset({"DDP901"})))], jobs=1)
+    assert result.error is None and result.findings == ()
