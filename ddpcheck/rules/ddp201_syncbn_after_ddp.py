@@ -34,7 +34,8 @@ class SyncBNAfterDDP(Rule):
             if arg is None:
                 continue
             if any(is_ddp_wrap(m, o) for m, o in origins(model, arg, site.ctx.function)
-                   if o.ctx.order < site.ctx.order or m is not model):
+                   if o.node is arg or m is not model
+                   or (o.ctx.order < site.ctx.order and not exclusive(o.ctx, site.ctx))):
                 yield Hit(site.node, message=self._message(dotted_name(arg) or "the model"))
                 continue
             key = dotted_name(arg)
