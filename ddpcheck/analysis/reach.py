@@ -16,6 +16,17 @@ def other_ranks_reach(model: ScriptModel, ctx: Ctx) -> bool:
     return _function_reached(model, ctx.function, set())
 
 
+def unguarded_caller(model: ScriptModel, fn: FunctionInfo | None):
+    """The first unguarded reference through which other ranks reach `fn`
+    (for messages: "reached on every rank through save_checkpoint(...)")."""
+    if fn is None:
+        return None
+    for ref in model.refs_to(fn):
+        if DN in model.worlds(ref.ctx) and _function_reached(model, ref.ctx.function, set()):
+            return ref
+    return None
+
+
 def _function_reached(model: ScriptModel, fn: FunctionInfo | None, seen: set[int]) -> bool:
     if fn is None:
         return True

@@ -7,7 +7,7 @@ from typing import Iterator
 from ddpcheck.analysis.distributed import runs_distributed
 from ddpcheck.analysis.guards import function_worlds
 from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.analysis.reach import other_ranks_reach
+from ddpcheck.analysis.reach import other_ranks_reach, unguarded_caller
 from ddpcheck.analysis.worlds import DN
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
@@ -64,7 +64,13 @@ class UnguardedSave(Rule):
             if kind is not None:
                 if other_ranks_reach(model, site.ctx):
                     what = site.func or "this call"
-                    yield Hit(site.node, message=f"`{what}(...)` runs on every rank: {_WHY[kind]}")
+                    fn = site.ctx.function
+                    via = ""
+                    if fn is not None and unguarded_caller(model, fn) is not None:
+                        caller = unguarded_caller(model, fn).ctx.function
+                        via = f" (`{fn.name}()` is called without a rank guard" + (
+                            f" in `{caller.name}()`)" if caller is not None else " at module level)")
+                    yield Hit(site.node, message=f"`{what}(...)` runs on every rank{via}: {_WHY[kind]}")
                 continue
             target = model.resolve_call(site)
             if target is None or target[0] is model:
