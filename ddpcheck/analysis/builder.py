@@ -66,12 +66,16 @@ class ScriptBuilder(cst.CSTVisitor):
         self.branches: list[Branch] = []
         self.block_exits: list[int] = []   # early-exit branches pushed per open block
         self.no_grad = 0
+        self.no_grad_withs: set[int] = set()
         self.stmt: cst.CSTNode | None = None
-        self._ctx: Ctx | None = None
+        # (branches, block_exits) of the enclosing code while inside a def
+        self.saved_branches: list[tuple[list[Branch], list[int]]] = []
+        self._ref_ctx_cache: Ctx | None = None
 
     # -- context --------------------------------------------------------------
     def ctx(self) -> Ctx:
         self.order += 1
+        self._ref_ctx_cache = None
         return Ctx(
             order=self.order,
             function=self.fn_stack[-1],
@@ -129,27 +133,22 @@ class ScriptBuilder(cst.CSTVisitor):
                 for dec in node.decorators
             ) if d
         )
-        in_class = self.class_stack[-1] if self.fn_stack[-1] is None or self.class_stack[-1] else None
         info = FunctionInfo(
-            name=node.name.value, node=node, ctx=self.ctx(), class_name=in_class,
+            name=node.name.value, node=node, ctx=self.ctx(), class_name=self.class_stack[-1],
             params=params, decorators=decorators,
         )
         self.m.functions.append(info)
         self.fn_stack.append(info)
         self.class_stack.append(None)   # a nested class would push its own name
         self.loop_stack.append([])
-        self._saved_branches = getattr(self, "_saved_branches", [])
-        self._saved_branches.append((self.branches, self.block_exits))
+        self.saved_branches.append((self.branches, self.block_exits))
         self.branches, self.block_exits = [], []
 
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.fn_stack.pop()
         self.class_stack.pop()
         self.loop_stack.pop()
-        self.branches, self.block_exits = self._saved_branches.pop()
-
-    def visit_Lambda(self, node: cst.Lambda) -> None:
-        return None
+        self.branches, self.block_exits = self.saved_branches.pop()
 
     def visit_Return(self, node: cst.Return) -> None:
         fn = self.fn_stack[-1]
@@ -178,9 +177,7 @@ class ScriptBuilder(cst.CSTVisitor):
     # -- loops ------------------------------------------------------------------
     def visit_For(self, node: cst.For) -> None:
         self.stmt = node
-        loop = Loop(node=node, iter=node.iter, ctx=self.ctx(), targets=tuple(target_keys(node.target)))
-        self.m.loops.append(loop)
-        self._pending_loop = loop
+        self.m.loops.append(Loop(node=node, iter=node.iter, ctx=self.ctx(), targets=tuple(target_keys(node.target))))
 
     def visit_For_body(self, node: cst.For) -> None:
         self.loop_stack[-1].append(self._loop_for(node))
@@ -212,12 +209,11 @@ class ScriptBuilder(cst.CSTVisitor):
             name = dotted_name(it.func) if isinstance(it, cst.Call) else None
             if name and self.m.imports.qualify(name).rpartition(".")[2] in ("no_grad", "inference_mode"):
                 self.no_grad += 1
-                self._with_no_grad = getattr(self, "_with_no_grad", set())
-                self._with_no_grad.add(id(node))
+                self.no_grad_withs.add(id(node))
                 break
 
     def leave_With(self, original_node: cst.With) -> None:
-        if id(original_node) in getattr(self, "_with_no_grad", ()):
+        if id(original_node) in self.no_grad_withs:
             self.no_grad -= 1
 
     # -- facts ----------------------------------------------------------------------
@@ -258,9 +254,15 @@ class ScriptBuilder(cst.CSTVisitor):
             Reference(name, node, self._ref_ctx(), via_attribute=True))
 
     def _ref_ctx(self) -> Ctx:
-        # references do not advance source order (cheap: one Ctx per statement would do)
-        return Ctx(self.order, self.fn_stack[-1], tuple(self.loop_stack[-1]), tuple(self.branches),
-                   self.no_grad > 0, self.class_stack[-1])
+        # Names are the most frequent nodes: references share one Ctx until the
+        # next fact advances the source order (a new branch always comes with one).
+        c = self._ref_ctx_cache
+        if (c is None or c.function is not self.fn_stack[-1] or len(c.branches) != len(self.branches)
+                or (self.branches and c.branches[-1] is not self.branches[-1])
+                or len(c.loops) != len(self.loop_stack[-1])):
+            self._ref_ctx_cache = Ctx(self.order, self.fn_stack[-1], tuple(self.loop_stack[-1]),
+                                      tuple(self.branches), self.no_grad > 0, self.class_stack[-1])
+        return self._ref_ctx_cache
 
 
 def build_model(path: str, module: cst.Module, settings) -> ScriptModel:
