@@ -1,0 +1,113 @@
+"""Metrics accumulated over a loader and whether they are ever reduced
+across ranks (DDP106).
+
+A reduction is a collective (`dist.all_reduce`, `all_gather`, `reduce`,
+`gather`), a helper named like one (`reduce_tensor`, `all_reduce_mean`,
+`reduce_dict`, `gather_predictions`, `metric_logger.synchronize_between_processes()`,
+`accelerator.gather_for_metrics`), or a torchmetrics-style `.compute()`.
+Helpers of the file or of a local module are followed, so a reduction hidden
+one call deeper counts too."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.analysis.names import dotted_name
+
+REDUCTION_NAME = re.compile(r"reduce|gather|synchroni[sz]e|(^|_)sync(_|$)|sync_between|average_across|across_processes",
+                            re.I)
+REDUCTION_ATTRS = {"compute", "compute_metrics"}   # torchmetrics Metric.compute() syncs the states
+METER_CLASS = re.compile(r"(Meter|Average|Averager|Logger|Tracker|Counter|Accumulator)$")
+REPORT_ATTRS = {
+    "print", "info", "warning", "warn", "debug", "log", "log_metrics", "log_metric", "log_dict",
+    "add_scalar", "add_scalars", "write", "pprint",
+}
+
+
+def is_reduction(site: CallSite) -> bool:
+    attr = site.attr or ""
+    return bool(REDUCTION_NAME.search(attr)) or attr in REDUCTION_ATTRS
+
+
+def function_reduces(model: ScriptModel, fn: FunctionInfo | None) -> bool:
+    """`fn` (None: module-level code) or a function it calls, 3 deep, reduces."""
+    memo = ("reduces", id(fn))
+    if memo in model._memo:
+        return model._memo[memo]
+    calls = model.calls_in(fn)
+    result = any(is_reduction(c) for c in calls)
+    if not result:
+        for m, callee, _ in model.callees(calls, depth=3):
+            if any(is_reduction(c) for c in m.calls_in(callee)):
+                result = True
+                break
+    model._memo[memo] = result
+    return result
+
+
+def is_report(site: CallSite) -> bool:
+    """print / logger.info / wandb.log / writer.add_scalar ..."""
+    if site.func == "print":
+        return True
+    q = site.qual or ""
+    if q.startswith(("math.", "numpy.", "torch.", "np.")):
+        return False
+    if q.startswith(("logging.", "wandb.", "mlflow.")):
+        return True
+    return (site.attr or "") in REPORT_ATTRS and site.receiver is not None
+
+
+def local_class(model: ScriptModel, site: CallSite) -> tuple[ScriptModel, str] | None:
+    """(model, class name) when `site` constructs a class defined in this file
+    or in a local module of the tree."""
+    func = site.node.func
+    if isinstance(func, cst.Name):
+        name = func.value
+        if name in model.class_names:
+            return model, name
+        src = model.imports.sources.get(name)
+        if src and model.project is not None and src[2] is not None:
+            path = model.project.find_module(model.path, src[0], src[1])
+            other = model.project.model_for(path) if path is not None else None
+            if other is not None and src[2] in other.class_names:
+                return other, src[2]
+        return None
+    if isinstance(func, cst.Attribute):
+        recv = dotted_name(func.value)
+        src = model.imports.sources.get(recv) if recv and "." not in recv else None
+        if src and model.project is not None:
+            module, level, attr = src
+            target = f"{module}.{attr}" if attr and module else (attr or module)
+            path = model.project.find_module(model.path, target, level)
+            other = model.project.model_for(path) if path is not None else None
+            if other is not None and func.attr.value in other.class_names:
+                return other, func.attr.value
+    return None
+
+
+def class_reduces(model: ScriptModel, class_name: str) -> bool:
+    return any(is_reduction(c) for c in model.calls if c.ctx.class_name == class_name)
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    key: str          # `correct`, `self.total_loss`, `top1`
+    node: cst.CSTNode
+
+    @property
+    def token(self) -> str:
+        return self.key.split("[")[0]
+
+
+def mentions(text: str, token: str) -> bool:
+    return re.search(r"(?<![\w.])" + re.escape(token) + r"\b", text) is not None
+
+
+__all__ = [
+    "is_reduction", "function_reduces", "is_report", "local_class", "class_reduces",
+    "Accumulator", "mentions", "METER_CLASS",
+]

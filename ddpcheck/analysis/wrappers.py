@@ -1,0 +1,65 @@
+"""Does a name hold the DDP / DataParallel wrapper at a given line?
+
+`model = DDP(model)` ... `model.state_dict()`: yes. After
+`model = model.module` or a fresh `model = build()`: no. A wrap in the other
+arm of an `if`, or in a world that never reaches the line (the DDP wrap under
+`if args.distributed:` and the line in its `else`), does not count.
+`self.model` wrapped in one method is the wrapper in the other methods of the
+class (set-up runs first), unless the class unwraps it somewhere."""
+
+from __future__ import annotations
+
+from ddpcheck.analysis.model import Ctx, ScriptModel
+from ddpcheck.analysis.values import WrapInfo, _direct_values, exclusive, wraps
+
+
+def _unwraps(model: ScriptModel, key: str, value) -> bool:
+    text = model.module.code_for_node(value)
+    return f"{key}.module" in text
+
+
+def wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
+    """The wrap whose result `key` holds at `ctx`, or None."""
+    memo = ("wrapper_held", key, id(ctx))
+    if memo in model._memo:
+        return model._memo[memo]
+    result = _wrapper_held(model, key, ctx)
+    model._memo[memo] = result
+    return result
+
+
+def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
+    candidates = [w for w in wraps(model) if w.key == key]
+    if not candidates:
+        return None
+    here = model.worlds(ctx)
+    scope = ctx.function
+    assigns = [a for a in model.assignments(key, scope) if a.augmented is None]
+    if key.startswith("self."):
+        same_fn = [a for a in assigns if a.ctx.function is scope]
+        if not any(a.ctx.order < ctx.order for a in same_fn):
+            # set in other methods: the wrapper, unless the class unwraps it
+            if any(a.value is not None and _unwraps(model, key, a.value) for a in assigns):
+                return None
+            return next((w for w in candidates if w.site.ctx.function is not scope), None)
+        assigns = same_fn
+    local = [a for a in assigns if a.ctx.function is scope]
+    if local:
+        before = [a for a in local if a.ctx.order < ctx.order and not exclusive(a.ctx, ctx)]
+    else:
+        before = list(assigns)   # a module-level name read inside a function
+    if not before:
+        return None
+    last = max(before, key=lambda a: a.ctx.order)
+    if last.value is None:
+        return None
+    held = [s for s in _direct_values(last.value)]
+    w = next((c for c in candidates if any(v is c.site.node for v in held)), None)
+    if w is None:
+        return None   # the latest assignment is not a wrap (`model = model.module`, a new model)
+    if not (model.worlds(w.site.ctx) & here):
+        return None
+    return w
+
+
+__all__ = ["wrapper_held"]
