@@ -65,8 +65,8 @@ def sampler_checks(plan: ShardPlan) -> list[Check]:
         out.append(Check(
             "data: DistributedSampler padding", WARN,
             f"{n} samples do not divide by {w} ranks: DistributedSampler repeats "
-            f"{_plural(plan.padded, 'sample')} so every rank gets {s} ({_ranks_text(dup)} one "
-            f"duplicate each); an evaluation over this sampler counts {plan.eval_counted} "
+            f"{_plural(plan.padded, 'sample')} so every rank gets {s} ({_ranks_text(dup)} "
+            f"{'gets one duplicate' if len(dup) == 1 else 'one duplicate each'}); an evaluation over this sampler counts {plan.eval_counted} "
             f"samples, not {n}, so all_reduce'd metrics count {plan.padded} twice",
             f"evaluate on an unpadded split (indices range(rank, {n}, {w})) or drop the last "
             f"{plan.padded} gathered predictions; training is unaffected"))
@@ -121,6 +121,11 @@ def batch_checks(q: DataQuestion) -> list[Check]:
         else:
             out.append(Check("batch: last batch", PASS,
                              f"{s} samples per rank divide by {b}: every batch is full"))
+    elif b == 1:
+        out.append(Check(
+            "batch: last batch", PASS,
+            "per-GPU batch 1: every batch holds one sample (fine for convolutional BatchNorm, "
+            "which normalises over the pixels; BatchNorm1d cannot train at batch 1)"))
     elif last == 1:
         sugg = suggest_batch_sizes(s, b)
         alt = ", ".join(f"--batch-size {c} (last batch {s % c or c})" for c in sugg)
@@ -293,7 +298,9 @@ def guide_rows(plan: ShardPlan) -> list[tuple]:
     rows = []
     for size, batches, last, rest in batch_guide(plan.samples_per_rank):
         note = ""
-        if last == 1:
+        if size == 1:
+            note = "BatchNorm1d cannot train at batch 1"
+        elif last == 1:
             note = "last batch of 1: BatchNorm fails; use drop_last"
         elif rest == 0:
             note = "every batch full"
