@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.analysis.epochs import _arg_index, _param_for
-from ddpcheck.analysis.model import CallSite, Ctx, FunctionInfo, Loop, ScriptModel
+from ddpcheck.analysis.model import CallSite, Ctx, FunctionInfo, Loop, ScriptModel, owner_class
 from ddpcheck.analysis.values import EVAL_NAME, LoaderInfo, iterated_keys
 
 # `testloader`, `valloader`, `val_dl` (tutorial spellings EVAL_NAME leaves out)
@@ -53,7 +53,8 @@ def no_grad(model: ScriptModel, ctx: Ctx) -> bool:
 
 def _same_scope(a: Ctx, scope: FunctionInfo | None, key: str) -> bool:
     if key.startswith("self."):
-        return a.class_name is not None and scope is not None and a.class_name == scope.class_name
+        cls = owner_class(a)
+        return cls is not None and scope is not None and cls == scope.class_name
     return a.function is scope
 
 

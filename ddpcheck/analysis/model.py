@@ -78,6 +78,11 @@ class CallSite:
         return any(a.star for a in self.node.args)
 
 
+def owner_class(ctx: Ctx) -> str | None:
+    """The class whose code `ctx` is in: a method's class, or the class body."""
+    return ctx.function.class_name if ctx.function is not None else ctx.class_name
+
+
 def call_arg(node: cst.Call, keyword: str, position: int | None = None) -> cst.BaseExpression | None:
     """The argument passed as `keyword=` or at `position`, if any."""
     for a in node.args:
@@ -190,7 +195,29 @@ class ScriptModel:
         if fn.class_name is None:
             return [r for r in refs if not r.via_attribute]
         # a method is reached through `self.save(...)` / `trainer.save(...)`, not `torch.save(...)`
-        return [r for r in refs if r.via_attribute and not self._module_attribute(r.node)]
+        refs = [r for r in refs if r.via_attribute and not self._module_attribute(r.node)]
+        if fn.name == "__init__" and fn.class_name in self.class_names:
+            # a constructor runs where its class is instantiated: `Trainer(...)`
+            names = self._class_name_nodes()
+            refs += [r for r in self.references.get(fn.class_name, [])
+                     if not r.via_attribute and id(r.node) not in names]
+        return refs
+
+    def _class_name_nodes(self) -> set[int]:
+        """The name nodes of `class X:` statements (not uses of X)."""
+        memo = ("class_name_nodes",)
+        if memo not in self._memo:
+            found: set[int] = set()
+            stack = list(self.module.body)
+            while stack:
+                node = stack.pop()
+                if isinstance(node, cst.ClassDef):
+                    found.add(id(node.name))
+                elif isinstance(node, (cst.If, cst.Try, cst.With, cst.Else, cst.ExceptHandler, cst.Finally,
+                                       cst.IndentedBlock)):
+                    stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
+            self._memo[memo] = found
+        return self._memo[memo]
 
     def _module_attribute(self, node: cst.CSTNode) -> bool:
         d = dotted_name(node) if isinstance(node, cst.Attribute) else None
@@ -205,7 +232,7 @@ class ScriptModel:
             return self._memo[memo]
         if key.startswith("self."):
             cls = scope.class_name if scope else None
-            found = [a for a in self.assigns if a.key == key and a.ctx.class_name == cls]
+            found = [a for a in self.assigns if a.key == key and owner_class(a.ctx) == cls]
         else:
             found = [a for a in self.assigns if a.key == key and a.ctx.function is scope]
             if not found and scope is not None:

@@ -1,0 +1,69 @@
+"""DDP303 load-without-map-location."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import libcst as cst
+
+from ddpcheck.analysis.distributed import runs_distributed
+from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.analysis.reach import other_ranks_reach
+from ddpcheck.findings import Severity
+from ddpcheck.rules.base import Hit, Rule, register
+
+TORCH_LOAD = ("torch.load", "torch.serialization.load")
+
+
+def uses_cuda(model: ScriptModel) -> bool:
+    """The script puts anything on a GPU (`.cuda()`, `torch.cuda.*`, a
+    "cuda"/"nccl" string, `device_ids=`). A CPU-only (gloo) job saves and
+    loads CPU tensors: map_location changes nothing there."""
+    memo = ("uses_cuda",)
+    if memo in model._memo:
+        return model._memo[memo]
+    result = False
+    for c in model.calls:
+        if c.attr == "cuda" or (c.qual or "").startswith("torch.cuda.") or c.has_keyword("device_ids"):
+            result = True
+            break
+        for a in c.node.args:
+            if isinstance(a.value, (cst.SimpleString, cst.FormattedString)):
+                text = model.module.code_for_node(a.value)
+                if "cuda" in text or "nccl" in text:
+                    result = True
+                    break
+        if result:
+            break
+    model._memo[memo] = result
+    return result
+
+
+@register
+class LoadWithoutMapLocation(Rule):
+    code = "DDP303"
+    name = "load-without-map-location"
+    severity = Severity.WARNING
+    message = ("torch.load without map_location on every rank: tensors come back on the GPU they were saved "
+               "from (usually cuda:0), so every process allocates the checkpoint on GPU 0")
+    fix = ('pass `map_location="cpu"` (then `load_state_dict` copies to each rank\'s GPU), or '
+           '`map_location=f"cuda:{local_rank}"`')
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        if not runs_distributed(model) or not uses_cuda(model):
+            return
+        for site in model.calls:
+            if site.qual not in TORCH_LOAD:
+                continue
+            if site.has_star_args or site.arg("map_location", 1) is not None:
+                continue
+            if not other_ranks_reach(model, site.ctx):
+                continue   # only rank 0 (whose GPU is cuda:0) or only a single process loads
+            what = model.module.code_for_node(site.arg("f", 0)) if site.arg("f", 0) is not None else "..."
+            yield Hit(site.node, message=(
+                f"`{site.func}({what})` has no map_location and runs on every rank: torch.load puts each tensor "
+                "back on the device it was saved from, usually cuda:0 (rank 0's GPU), so every rank allocates a "
+                "full copy of the checkpoint on GPU 0 before `load_state_dict` copies it over: GPU 0 runs out of "
+                "memory or is slowed down by the other ranks' copies"
+            ), fix=(f'load to CPU, as torchvision\'s references do: `{site.func}({what}, map_location="cpu")` '
+                    '(or `map_location=f"cuda:{local_rank}"`)'))
