@@ -57,9 +57,17 @@ def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
     w = next((c for c in candidates if any(v is c.site.node for v in held)), None)
     if w is None:
         return None   # the latest assignment is not a wrap (`model = model.module`, a new model)
-    if not (model.worlds(w.site.ctx) & here):
+    if not (model.worlds(w.site.ctx) & here) or _opposite_arms(model, w.site.ctx, ctx):
         return None
     return w
+
+
+def _opposite_arms(model: ScriptModel, a: Ctx, b: Ctx) -> bool:
+    """`if args.local_rank != -1: model = DDP(model)` ... later
+    `if args.local_rank != -1: ... else: <here>`: two `if`s with the same test,
+    `a` in the true arm of one and `b` in the false arm of the other."""
+    arms = {model.module.code_for_node(br.test): br.positive for br in a.branches}
+    return any(arms.get(model.module.code_for_node(br.test), br.positive) != br.positive for br in b.branches)
 
 
 __all__ = ["wrapper_held"]
