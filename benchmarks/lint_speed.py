@@ -1,0 +1,96 @@
+"""How fast is `ddpcheck lint` on a big real code base?
+
+Lints the installed torch package's own source with the real runner (all
+cores, prefilter, process pool) and, in the same run over the same files,
+times a plain single-process `libcst.parse_module` of each file. The figure
+that matters is the ratio ddpcheck / bare parse (target: below 0.5): it
+compares against a baseline measured on the same machine at the same moment,
+so it means something on any machine.
+
+    python benchmarks/lint_speed.py            # every file of torch
+    python benchmarks/lint_speed.py --limit 300  # a quick, evenly spread subset
+
+torch is located without being imported (ddpcheck lint never imports it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+import libcst
+
+from ddpcheck.config import known_codes
+from ddpcheck.discovery import discover
+from ddpcheck.engine import LintSettings, might_have_findings
+from ddpcheck.runner import default_jobs, lint_files
+
+
+def torch_source_dir() -> Path:
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        sys.exit("torch is not installed: pip install torch==2.13.0")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def evenly_spread(files: list[str], limit: int | None) -> list[str]:
+    if not limit or limit >= len(files):
+        return files
+    step = len(files) / limit
+    return [files[int(i * step)] for i in range(limit)]
+
+
+def bare_parse(files: list[str]) -> tuple[float, int]:
+    """Seconds to read and libcst-parse every file in this process; failures."""
+    failures = 0
+    start = time.perf_counter()
+    for path in files:
+        try:
+            libcst.parse_module(Path(path).read_text(encoding="utf-8"))
+        except (libcst.ParserSyntaxError, UnicodeDecodeError, RecursionError):
+            failures += 1
+    return time.perf_counter() - start, failures
+
+
+def ddpcheck_lint(files: list[str], jobs: int) -> tuple[float, list]:
+    settings = LintSettings(enabled=frozenset(known_codes()))
+    start = time.perf_counter()
+    results = lint_files([(path, settings) for path in files], jobs)
+    return time.perf_counter() - start, results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=None, help="lint only N files, evenly spread")
+    parser.add_argument("--jobs", type=int, default=default_jobs(), help="ddpcheck worker processes")
+    args = parser.parse_args()
+
+    root = torch_source_dir()
+    files = evenly_spread(discover([str(root)]).files, args.limit)
+    texts = [Path(f).read_bytes() for f in files]  # also warms the page cache for both timings
+    lines = sum(t.count(b"\n") for t in texts)
+    prefiltered = sum(might_have_findings(t.decode("utf-8", "replace")) for t in texts)
+    del texts
+
+    lint_s, results = ddpcheck_lint(files, args.jobs)
+    parse_s, parse_failures = bare_parse(files)
+    findings = sum(len(r.findings) for r in results)
+    errors = sum(r.error is not None for r in results)
+
+    print(f"torch source:     {root}")
+    print(f"files:            {len(files)} ({lines:,} lines); {prefiltered} pass the prefilter "
+          f"({100 * prefiltered / max(1, len(files)):.0f} %)")
+    print(f"ddpcheck lint:    {lint_s:7.2f} s  {len(files) / lint_s:8.0f} files/s  "
+          f"({args.jobs} jobs; {findings} findings, {errors} unreadable)")
+    print(f"bare libcst parse:{parse_s:7.2f} s  {len(files) / parse_s:8.0f} files/s  "
+          f"(1 process; {parse_failures} failed to parse)")
+    ratio = lint_s / parse_s
+    verdict = "ok" if ratio < 0.5 else "SLOWER THAN TARGET"
+    print(f"ratio:            {ratio:.2f}x the bare parse (target < 0.5x): {verdict}")
+
+
+if __name__ == "__main__":
+    main()
