@@ -200,10 +200,11 @@ def data_parallel_checks(dataset_size: int, gpus: int, global_batch: int,
         return [Check(
             "DataParallel: last batch", FAIL,
             f"the last batch holds {dp.last_batch} samples for {gpus} GPUs: chunked as {chunks}, "
-            f"so {_plural(dp.idle_replicas, 'replica')} get no data and the forward can fail "
+            f"so {_plural(dp.idle_replicas, 'replica')} "
+            f"{'gets' if dp.idle_replicas == 1 else 'get'} no data and the forward can fail "
             f"(seed 004: 'Caught TypeError in replica 3 on device 3', after 7 hours at 99 %)",
             fix)]
-    if min(chunks) < 2:
+    if min(chunks) < 2 and global_batch >= 2 * gpus:
         return [Check(
             "DataParallel: last batch", WARN,
             f"the last batch of {dp.last_batch} is chunked over {gpus} GPUs as {chunks}: a "

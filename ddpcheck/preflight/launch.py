@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import logging
@@ -24,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import tempfile
 import threading
 import time
@@ -294,6 +296,25 @@ class _Watchdog(threading.Thread):
             pass
 
 
+@contextlib.contextmanager
+def _real_std_streams():
+    """torchelastic redirects a worker's stdout/stderr at the fd level through
+    ``sys.stdout.fileno()``; under click's CliRunner, Jupyter or pytest capture
+    that is not a real file, so hand the launch the process's real streams."""
+    saved = sys.stdout, sys.stderr
+    try:
+        for name in ("stdout", "stderr"):
+            stream = getattr(sys, name)
+            try:
+                stream.fileno()
+            except (AttributeError, OSError, ValueError):
+                real = getattr(sys, f"__{name}__", None)
+                setattr(sys, name, real if real is not None else open(os.devnull, "w"))
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 def run_local(nproc: int, spec: dict, timeout: float, start_method: str = "fork",
               grace: float = 3.0) -> LaunchOutcome:
     """Run :func:`ddpcheck.preflight.worker.run_rank` on ``nproc`` local workers."""
@@ -333,7 +354,8 @@ def run_local(nproc: int, spec: dict, timeout: float, start_method: str = "fork"
     watchdog.start()
     failures: dict = {}
     try:
-        elastic_launch(config, run_rank)(spec)
+        with _real_std_streams():
+            elastic_launch(config, run_rank)(spec)
     except ChildFailedError as exc:
         failures = dict(exc.failures)
     except KeyboardInterrupt:

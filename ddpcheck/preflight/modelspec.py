@@ -86,11 +86,10 @@ def load_ref(text: str, option: str = "--model") -> Callable:
 
 def parse_input_shape(text: str) -> tuple[int, ...]:
     """``'3,224,224'`` (or ``3x224x224``) -> ``(3, 224, 224)``: one sample, without the batch."""
-    parts = [p for p in re.split(r"[,x\s]+", str(text).strip()) if p]
-    try:
-        shape = tuple(int(p) for p in parts)
-    except ValueError:
-        shape = ()
+    compact = re.sub(r"\s+", "", str(text)).strip("()[]")
+    shape = ()
+    if re.fullmatch(r"\d+([,x]\d+)*", compact):
+        shape = tuple(int(p) for p in re.split(r"[,x]", compact))
     if not shape or any(d < 1 for d in shape):
         raise SpecError(f"--input-shape {text!r}: write the shape of ONE sample as positive "
                         f"integers, e.g. 3,224,224 (the batch dimension is added)")

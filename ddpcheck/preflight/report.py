@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import textwrap
 from typing import Any
 
 from tabulate import tabulate
@@ -20,16 +21,28 @@ def _widths() -> tuple[int, int]:
     return detail, fix
 
 
+def _wrap(text, width: int) -> str:
+    """Wrap a cell ourselves: tabulate's maxcolwidths turns the string 'False' into True."""
+    text = "" if text is None else str(text)
+    return "\n".join(textwrap.wrap(text, width, break_on_hyphens=False)) or text
+
+
+def _wrap_rows(rows, widths) -> list:
+    return [tuple(_wrap(cell, w) if w else cell for cell, w in zip(row, widths)) for row in rows]
+
+
 def render_text(report: dict) -> str:
     lines = [report["headline"], ""]
     detail_w, fix_w = _widths()
     rows = [(c["status"], c["name"], c["detail"], c["fix"]) for c in report["checks"]]
+    rows = _wrap_rows(rows, (None, 24, detail_w, fix_w))
     lines.append(tabulate(rows, headers=("", "check", "result", "fix"), tablefmt="simple_grid",
-                          maxcolwidths=[None, 24, detail_w, fix_w]))
+                          disable_numparse=True))
     arith = report.get("arithmetic")
     if arith:
         lines += ["", "Data-set arithmetic (what DistributedSampler + DataLoader give every rank)"]
-        lines.append(tabulate(arith["rows"], tablefmt="simple", maxcolwidths=[34, 90]))
+        lines.append(tabulate(_wrap_rows(arith["rows"], (34, 90)), tablefmt="simple",
+                              disable_numparse=True))
         lines += ["", tabulate(arith["ranks"], headers=RANK_HEADERS, tablefmt="simple")]
         if arith.get("guide"):
             lines += ["", "No --batch-size given; per-GPU batch sizes and what they leave over:",
@@ -42,7 +55,8 @@ def render_text(report: dict) -> str:
                                                          "optimizer step", "peak", ""),
                                   tablefmt="simple"))
             lines.append("")
-        lines.append(tabulate(mem["facts"], tablefmt="simple", maxcolwidths=[34, 90]))
+        lines.append(tabulate(_wrap_rows(mem["facts"], (40, 90)), tablefmt="simple",
+                              disable_numparse=True))
     counts = {s: sum(1 for c in report["checks"] if c["status"] == s) for s in (FAIL, WARN, PASS)}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no checks"
     lines += ["", f"{summary} -> exit {report['exit_code']} "

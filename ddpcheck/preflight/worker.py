@@ -45,7 +45,10 @@ def _prepare_process(spec: dict, local_world: int) -> None:
         # sits in a C++ collective.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
-    faulthandler.enable(file=sys.stderr)
+    try:  # a segfault then leaves Python's stack in this rank's log
+        faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+    except (AttributeError, OSError, ValueError):
+        pass
     import torch
 
     threads = spec.get("threads") or max(1, (os.cpu_count() or 1) // max(1, local_world))

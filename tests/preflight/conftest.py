@@ -1,0 +1,101 @@
+"""Helpers for the preflight tests: run the command in-process or as a CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def child_pids(pid: int) -> list[int]:
+    """Live (non-zombie) children of ``pid``, from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, ppid = fields[0], int(fields[1])
+        if ppid == pid and state != "Z":
+            out.append(int(entry))
+    return out
+
+
+def pids_with_marker(marker: str) -> list[int]:
+    """Processes whose environment carries ``marker`` (children of a finished CLI run)."""
+    found = []
+    needle = f"DDPCHECK_TEST_MARKER={marker}".encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                if needle in fh.read():
+                    found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+class Run:
+    def __init__(self, code: int, out: str, err: str):
+        self.code = code
+        self.out = out
+        self.err = err
+
+    def json(self) -> dict:
+        return json.loads(self.out)
+
+    def check(self, name_prefix: str) -> dict:
+        rows = [c for c in self.json()["checks"] if c["name"].startswith(name_prefix)]
+        assert rows, f"no check named {name_prefix!r} in {[c['name'] for c in self.json()['checks']]}"
+        return rows[0]
+
+
+@pytest.fixture
+def preflight_inproc(monkeypatch):
+    """Run `ddpcheck preflight ARGS` inside the test process (torch imported once,
+    workers forked from here); asserts that no worker process survives."""
+    from click.testing import CliRunner
+
+    from ddpcheck.preflight.command import preflight
+
+    monkeypatch.chdir(REPO)
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+
+    def run(*args: str) -> Run:
+        result = CliRunner().invoke(preflight, list(args), catch_exceptions=False)
+        assert child_pids(os.getpid()) == [], "a worker outlived the preflight"
+        err = result.stderr if hasattr(result, "stderr") else ""
+        return Run(result.exit_code, result.stdout, err)
+
+    return run
+
+
+@pytest.fixture
+def preflight_cli():
+    """Run `python -m ddpcheck.preflight ARGS` as a real process; asserts that no
+    process it started is left behind."""
+
+    def run(*args: str, timeout: float = 120) -> Run:
+        marker = uuid.uuid4().hex
+        env = dict(os.environ, DDPCHECK_TEST_MARKER=marker)
+        for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"):
+            env.pop(key, None)
+        proc = subprocess.run([sys.executable, "-m", "ddpcheck.preflight", *args], cwd=REPO,
+                              env=env, capture_output=True, text=True, timeout=timeout)
+        assert pids_with_marker(marker) == [], "a worker outlived the preflight"
+        return Run(proc.returncode, proc.stdout, proc.stderr)
+
+    return run

@@ -1,0 +1,100 @@
+"""Bad input: one line on stderr, exit 2, no traceback, no process started."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from ddpcheck.preflight.command import preflight
+
+from .conftest import REPO
+
+TINY = ["--model", "fixtures.models.tiny:build", "--input-shape", "3,32,32"]
+
+
+@pytest.fixture
+def invoke(monkeypatch):
+    monkeypatch.chdir(REPO)
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+
+    def boom(*a, **k):
+        raise AssertionError("a usage error must not start workers")
+
+    import ddpcheck.preflight.launch as launch
+    monkeypatch.setattr(launch, "run_local", boom)
+
+    def run(*args):
+        result = CliRunner().invoke(preflight, list(args))
+        return result.exit_code, result.stderr, result.stdout
+
+    return run
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--gpus", "0"], "--gpus 0: need at least 1 process"),
+    (["--gpus", "-3"], "--gpus -3: need at least 1 process"),
+    (["--gpus", "abc"], "'abc' is not a valid integer"),
+    (["--gpus", "2", "--dataset-size", "-5"], "--dataset-size -5: a data set needs at least 1"),
+    (["--gpus", "2", "--dataset-size", "0"], "--dataset-size 0"),
+    (["--gpus", "2", "--dataset-size", "10", "--batch-size", "0"], "--batch-size 0"),
+    (["--gpus", "2", "--batch-size", "4", "--global-batch-size", "8"], "not both"),
+    (["--gpus", "4", "--dataset-size", "100", "--global-batch-size", "3"],
+     "smaller than 4 GPUs x grad-accum 1"),
+    (["--gpus", "2", "--grad-accum", "0"], "--grad-accum 0"),
+    (["--gpus", "2", "--base-lr", "0.1"], "--base-lr needs --base-batch"),
+    (["--gpus", "2", "--timeout", "0"], "--timeout 0"),
+    (["--gpus", "2", "--backend", "mpi"], "Invalid value for '--backend'"),
+    (["--gpus", "2", "--input-shape", "3,32,32"], "--input-shape needs --model"),
+    (["--gpus", "2", "--model", "fixtures.models.tiny:build"], "--model needs an input"),
+    (["--gpus", "2", *TINY, "--gpu-memory", "lots"], "--gpu-memory: 'lots' is not a memory size"),
+    (["--gpus", "2", "--model", "fixtures.models.tiny:build", "--input-shape", "3,x"],
+     "--input-shape '3,x'"),
+    (["--gpus", "2", "--model", "no_such_pkg.models:build", "--input-shape", "3,32,32"],
+     "cannot import no_such_pkg.models"),
+    (["--gpus", "2", "--model", "fixtures.models.tiny:buidl", "--input-shape", "3,32,32"],
+     "fixtures.models.tiny has no attribute 'buidl'"),
+    (["--gpus", "2", "--model", "fixtures.models.tiny", "--input-shape", "3,32,32"],
+     "write MODULE:FUNCTION"),
+    (["--gpus", "2", *TINY, "--sample", "fixtures.models.tiny:nope"], "not both"),
+    (["--gpus", "2", *TINY, "--loss", "fixtures.models.tiny:nope"], "--loss"),
+])
+def test_usage_errors_are_one_line_and_exit_2(invoke, args, message):
+    code, err, out = invoke(*args)
+    assert code == 2, (code, err, out)
+    assert message in err
+    assert err.startswith("ddpcheck: error: ") and err.count("\n") == 1
+    assert "Traceback" not in err + out and out == ""
+
+
+def test_nccl_with_more_gpus_than_present_is_a_usage_error(invoke, monkeypatch):
+    torch = pytest.importorskip("torch")
+    import ddpcheck.preflight.launch as launch
+
+    monkeypatch.setattr(launch, "visible_gpus", lambda: (2, True))
+    monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
+    code, err, _ = invoke("--gpus", "4", "--backend", "nccl", "--dataset-size", "8607")
+    assert code == 2
+    assert "--gpus 4 with --backend nccl needs 4 CUDA devices on this node, it has 2" in err
+    assert "--gpus 2" in err
+
+
+def test_gpus_is_required_without_gpus(invoke, monkeypatch):
+    pytest.importorskip("torch")
+    import ddpcheck.preflight.launch as launch
+
+    monkeypatch.setattr(launch, "visible_gpus", lambda: (0, True))
+    code, err, _ = invoke("--dataset-size", "8607")
+    assert code == 2 and "--gpus N is required" in err
+
+
+def test_half_set_launcher_environment(invoke, monkeypatch):
+    monkeypatch.setenv("RANK", "0")
+    code, err, _ = invoke("--dataset-size", "8607")
+    assert code == 2 and "WORLD_SIZE, LOCAL_RANK not" in err
+
+
+def test_help_lists_the_examples():
+    result = CliRunner().invoke(preflight, ["--help"])
+    assert result.exit_code == 0
+    assert "ddpcheck preflight --gpus 2 --dataset-size 8607" in result.output

@@ -1,0 +1,210 @@
+"""Units, check rows, the memory fit, backend choice and launcher detection (no processes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ddpcheck.preflight import memfit
+from ddpcheck.preflight.backend import BackendError, choose_backend
+from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, exit_code, worst
+from ddpcheck.preflight.launch import LaunchEnvError, detect_launched, summarize_stderr
+from ddpcheck.preflight.modelspec import SpecError, load_ref, parse_input_shape, split_ref
+from ddpcheck.preflight.units import format_bytes, parse_size
+
+
+@pytest.mark.parametrize("text, size", [
+    ("24GiB", 24 * 2**30), ("24GB", 24 * 10**9), ("24G", 24 * 2**30), ("512MiB", 512 * 2**20),
+    ("1.5 GiB", int(1.5 * 2**30)), ("1000", 1000), ("80gib", 80 * 2**30),
+])
+def test_parse_size(text, size):
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["", "GiB", "24XB", "-1GiB", "0", "lots"])
+def test_parse_size_rejects(text):
+    with pytest.raises(ValueError, match="memory size|larger than 0"):
+        parse_size(text)
+
+
+def test_format_bytes():
+    assert format_bytes(512) == "512 B"
+    assert format_bytes(1536) == "1.50 KiB"
+    assert format_bytes(24 * 2**30) == "24.0 GiB"
+    assert format_bytes(None) == "-"
+
+
+def test_exit_code_follows_the_worst_check():
+    rows = [Check("a", PASS, ""), Check("b", WARN, "")]
+    assert worst(rows) == WARN and exit_code(rows) == 0
+    assert exit_code(rows + [Check("c", FAIL, "")]) == 1
+    with pytest.raises(ValueError):
+        Check("x", "MAYBE", "")
+
+
+# -- memory fit ---------------------------------------------------------------------
+
+
+def test_fit_recovers_a_line_and_the_largest_batch():
+    steps = [memfit.StepMemory(b, {"fb": 1000 + 300 * b, "opt": 1500}) for b in (1, 2)]
+    fit = memfit.fit_steps(steps)
+    assert fit.predict(10) == 4000
+    # 1000 + 300 b <= 10000  ->  b = 30
+    assert fit.largest_batch(10000) == 30
+    assert fit.largest_batch(1200) == 0  # optimizer phase alone (1500) does not fit
+    assert fit.dominant(1).phase == "opt" and fit.dominant(10).phase == "fb"
+
+
+def test_fit_per_phase_beats_one_line_where_phases_cross():
+    # at batch 1 and 2 the flat optimizer phase is the peak; one line through the
+    # peaks would have slope 0 and predict 5000 at batch 64
+    steps = [memfit.StepMemory(b, {"fb": 1000 + 100 * b, "opt": 5000}) for b in (1, 2)]
+    fit = memfit.fit_steps(steps)
+    assert fit.predict(64) == 1000 + 6400
+
+
+def test_fit_never_has_negative_slope_and_says_unbounded():
+    steps = [memfit.StepMemory(1, {"a": 900}), memfit.StepMemory(2, {"a": 800})]
+    fit = memfit.fit_steps(steps)
+    assert fit.per_sample == 0
+    assert fit.largest_batch(10**6) is None
+
+
+def test_fit_needs_two_batches():
+    with pytest.raises(ValueError):
+        memfit.fit_steps([memfit.StepMemory(1, {"a": 1})])
+
+
+@settings(max_examples=60, deadline=None)
+@given(fixed=st.integers(0, 10**9), per=st.integers(1, 10**8), usable=st.integers(1, 10**11))
+def test_largest_batch_is_the_edge(fixed, per, usable):
+    fit = memfit.fit_steps([memfit.StepMemory(b, {"p": fixed + per * b}) for b in (1, 2)])
+    best = fit.largest_batch(usable)
+    if best:
+        assert fit.predict(best) <= usable < fit.predict(best + 1)
+    else:
+        assert fit.predict(1) > usable
+
+
+def test_fewest_gpus_and_usable():
+    assert memfit.fewest_gpus(64, 16) == 4
+    assert memfit.fewest_gpus(64, 12) == 6
+    assert memfit.fewest_gpus(64, 8, grad_accum=2) == 4
+    assert memfit.fewest_gpus(64, 0) is None
+    assert memfit.usable_memory(1000, reserve=100, safety_margin=0.1) == 800
+
+
+# -- backend --------------------------------------------------------------------------
+
+
+def test_auto_backend_falls_back_to_gloo_and_says_so():
+    c = choose_backend("auto", 2, 0, nccl_available=False)
+    assert (c.backend, c.device, c.status) == ("gloo", "cpu", WARN)
+    assert "no CUDA devices" in c.note and "not checked" in c.note
+    c = choose_backend("auto", 4, 2, nccl_available=True)
+    assert c.backend == "gloo" and "only 2 CUDA device" in c.note
+    c = choose_backend("auto", 2, 8, nccl_available=True)
+    assert (c.backend, c.device, c.status) == ("nccl", "cuda", PASS)
+
+
+def test_nccl_with_more_gpus_than_the_node_has_is_a_usage_error():
+    with pytest.raises(BackendError, match="--gpus 4 with --backend nccl needs 4 CUDA devices"):
+        choose_backend("nccl", 4, 2, nccl_available=True)
+    with pytest.raises(BackendError, match="no NCCL"):
+        choose_backend("nccl", 1, 1, nccl_available=False)
+    assert choose_backend("nccl", 2, 2, nccl_available=True).backend == "nccl"
+
+
+# -- already launched? -------------------------------------------------------------------
+
+
+TORCHRUN = {"RANK": "3", "WORLD_SIZE": "16", "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "8",
+            "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+
+
+def test_detects_torchrun():
+    env = detect_launched(TORCHRUN)
+    assert (env.launcher, env.rank, env.world_size, env.local_rank, env.local_world_size) == \
+        ("torchrun", 3, 16, 3, 8)
+    assert detect_launched({}) is None
+
+
+def test_half_launched_environment_is_a_usage_error():
+    with pytest.raises(LaunchEnvError, match="LOCAL_RANK"):
+        detect_launched({"RANK": "0", "WORLD_SIZE": "2"})
+    with pytest.raises(LaunchEnvError, match="MASTER_ADDR"):
+        detect_launched({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"})
+    with pytest.raises(LaunchEnvError, match="outside"):
+        detect_launched(dict(TORCHRUN, RANK="16"))
+
+
+def test_detects_srun_and_exports_env():
+    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+             "SLURM_NTASKS_PER_NODE": "4(x2)", "SLURM_STEP_ID": "0",
+             "MASTER_ADDR": "n1", "MASTER_PORT": "29500"}
+    env = detect_launched(slurm)
+    assert (env.launcher, env.rank, env.world_size, env.local_rank, env.local_world_size) == \
+        ("slurm", 5, 8, 1, 4)
+    exported = {}
+    env.export(exported)
+    assert exported == {"RANK": "5", "WORLD_SIZE": "8", "LOCAL_RANK": "1",
+                        "LOCAL_WORLD_SIZE": "4"}
+    with pytest.raises(LaunchEnvError, match="scontrol show hostnames"):
+        detect_launched({k: v for k, v in slurm.items() if k != "MASTER_ADDR"})
+    # the batch script itself (no job step) is not a rank
+    assert detect_launched({k: v for k, v in slurm.items() if k != "SLURM_STEP_ID"}) is None
+
+
+def test_stderr_summary_prefers_the_fatal_error_and_frame():
+    text = ["[W socket.cpp] noise", "Fatal Python error: Segmentation fault", "",
+            "Current thread 0x1 (most recent call first):",
+            '  File "/x/models.py", line 13 in build', '  File "/x/other.py", line 2 in f',
+            "Extension modules: torch._C"]
+    assert summarize_stderr(text) == ('Fatal Python error: Segmentation fault at '
+                                      'File "/x/models.py", line 13 in build')
+    assert summarize_stderr(["a", "b", "RuntimeError: boom"], 1) == "RuntimeError: boom"
+
+
+# -- model references -----------------------------------------------------------------------
+
+
+def test_refs_and_shapes():
+    assert split_ref("pkg.models:build", "--model") == ("pkg.models", "build")
+    assert parse_input_shape("3,224,224") == (3, 224, 224)
+    assert parse_input_shape("3x32x32") == (3, 32, 32)
+    for bad in ("3,,a", "0,3", "", "-1", "3,x", "3x"):
+        with pytest.raises(SpecError, match="--input-shape"):
+            parse_input_shape(bad)
+    with pytest.raises(SpecError, match="MODULE:FUNCTION"):
+        split_ref("pkg.models.build", "--model")
+
+
+def test_load_ref_reports_what_is_wrong(tmp_path, monkeypatch):
+    (tmp_path / "broken_mod.py").write_text("import json\nraise ValueError('bad config')\n")
+    (tmp_path / "good_mod.py").write_text("def build():\n    return 1\nvalue = 3\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(SpecError, match="importing broken_mod raised ValueError: bad config"):
+        load_ref("broken_mod:build")
+    with pytest.raises(SpecError, match="has no attribute 'nope'"):
+        load_ref("good_mod:nope")
+    with pytest.raises(SpecError, match="is a int, not a function"):
+        load_ref("good_mod:value")
+    with pytest.raises(SpecError, match="cannot import no_such_mod"):
+        load_ref("no_such_mod:build")
+    assert load_ref("good_mod:build")() == 1
+    assert load_ref(str(tmp_path / "good_mod.py") + ":build")() == 1
+    with pytest.raises(SpecError, match="no such file"):
+        load_ref("missing/file.py:build")
+
+
+def test_importing_the_command_does_not_import_torch():
+    code = ("import sys, ddpcheck.preflight, ddpcheck.preflight.command, "
+            "ddpcheck.preflight.shardplan, ddpcheck.preflight.verdict; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
