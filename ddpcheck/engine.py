@@ -29,18 +29,39 @@ class LintSettings:
     extra: dict = field(default_factory=dict, compare=False, hash=False)
 
 
-# A file can only contain a DDP pitfall if it mentions one of these. The check is
-# a plain substring scan (about 1 GB/s), so the ~90 % of a big repo that never
-# touches distributed training costs almost nothing.
-PREFILTER = re.compile(
-    r"distributed|DataParallel|DistributedSampler|SyncBatchNorm|process_group"
-    r"|local_rank|LOCAL_RANK|WORLD_SIZE|set_epoch|torchrun|is_main_process"
-    r"|rank_zero|save_on_master|is_master|accelerate"
+# A file can only contain a DDP pitfall if it touches distributed training. The
+# checks are plain regex scans (well under a millisecond per file), so the large
+# majority of a big repo, which never does, costs almost nothing. Two ways in:
+# it names an API or idiom that only multi-GPU code uses ...
+DDP_SIGNALS = re.compile(
+    r"DistributedSampler|DataParallel|init_process_group|SyncBatchNorm|local_rank|LOCAL_RANK"
+    r"|CUDA_VISIBLE_DEVICES|set_epoch|init_distributed|setup_distributed|ddp_setup|setup_ddp"
+    r"|save_on_master|torchrun|is_main_process|rank_zero_only"
 )
+# ... or it runs a collective under what looks like a rank test (DDP401's hang).
+COLLECTIVE = re.compile(
+    r"\b(barrier|all_reduce|all_gather|broadcast|reduce|gather|scatter|reduce_scatter|all_to_all"
+    r"|all_gather_object|broadcast_object_list|gather_object|scatter_object_list|monitored_barrier)\("
+)
+RANK_TEST = re.compile(r"rank\s*(==|!=|<|>|%|in\b|not in)|rank\(\)\s*(==|!=|<|>)|is_main|is_master|master|rank_zero|is_global_zero")
+# Local helper modules a script imports are read with a looser test: a
+# `utils.py` whose only hint is `torch.distributed` can still hold the rank
+# guard or save helper a rule needs.
+HELPER_SIGNALS = re.compile(
+    r"distributed|DataParallel|process_group|local_rank|LOCAL_RANK|WORLD_SIZE|set_epoch|torchrun"
+    r"|is_main_process|rank_zero|save_on_master|is_master|accelerate"
+)
+PREFILTER = DDP_SIGNALS
 
 
 def might_have_findings(text: str) -> bool:
-    return PREFILTER.search(text) is not None
+    if DDP_SIGNALS.search(text) is not None:
+        return True
+    return COLLECTIVE.search(text) is not None and RANK_TEST.search(text) is not None
+
+
+def might_hold_helpers(text: str) -> bool:
+    return HELPER_SIGNALS.search(text) is not None
 
 
 def read_source(path: str) -> str:

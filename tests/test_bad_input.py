@@ -19,7 +19,7 @@ GOOD = PREAMBLE + "BAD_ERROR\n"   # a fake-rule finding, to show the run went on
 
 def bad_inputs(root: Path) -> dict[str, str]:
     """name on the command line -> what its stderr line must say."""
-    write(root / "syntax.py", "import torch.distributed as dist\n\ndef f(:\n    pass\n")
+    write(root / "syntax.py", "import torch.distributed as dist\ndist.init_process_group(\"nccl\")\n\ndef f(:\n    pass\n")
     (root / "latin1.py").write_bytes(b"import torch.distributed as dist\n# caf\xe9\n")
     (root / "blob.py").write_bytes(b"\x7fELF\x00\x00distributed\x00")
     (root / "empty").mkdir()

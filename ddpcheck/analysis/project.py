@@ -12,6 +12,13 @@ from pathlib import Path
 import libcst as cst
 
 _CACHE: dict[str, object] = {}
+_FOUND: dict[tuple[str, str, int], "Path | None"] = {}
+
+# Libraries are not "helpers in the tree": when ddpcheck lints a checkout that
+# vendors or sits next to them (or torch's own source), their modules are
+# never parsed as local helpers.
+_LIBRARY_ROOTS = {"torch", "torchvision", "torchaudio", "numpy", "accelerate", "transformers", "lightning",
+                  "pytorch_lightning", "deepspeed", "apex", "timm", "mmcv", "detectron2", "fairseq"}
 
 
 class ProjectIndex:
@@ -39,7 +46,15 @@ class ProjectIndex:
         return bases
 
     def find_module(self, from_path: str, module: str, level: int) -> Path | None:
+        key = (str(Path(from_path).parent), module, level)
+        if key not in _FOUND:
+            _FOUND[key] = self._find_module(from_path, module, level)
+        return _FOUND[key]
+
+    def _find_module(self, from_path: str, module: str, level: int) -> Path | None:
         parts = [p for p in module.split(".") if p]
+        if level == 0 and parts and parts[0] in _LIBRARY_ROOTS:
+            return None
         for base in self._bases(from_path, level):
             target = base.joinpath(*parts) if parts else base
             for candidate in (target.with_suffix(".py") if parts else None, target / "__init__.py"):
@@ -60,9 +75,16 @@ class ProjectIndex:
         from ddpcheck.engine import read_source
         from ddpcheck.findings import SourceError
 
+        from ddpcheck.engine import might_hold_helpers
+
         model = None
         try:
-            module = cst.parse_module(read_source(key))
+            text = read_source(key)
+            if not might_hold_helpers(text):
+                # a module that never mentions distributed training holds no
+                # helper a rule could use (and costs nothing to skip)
+                raise SourceError("not relevant")
+            module = cst.parse_module(text)
             model = build_model(key, module, self.settings)
             model.project = self
         except (SourceError, cst.ParserSyntaxError, RecursionError):
