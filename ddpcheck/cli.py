@@ -126,3 +126,12 @@ def rule_command(code: str) -> None:
     except PageNotFound:
         fail(f"{code}: no reference page shipped for this rule; see `ddpcheck rules`")
     click.echo(page.rstrip("\n"))
+
+
+# --- preflight -------------------------------------------------------------------
+
+# Defined by ddpcheck.preflight; importing it does not import torch (the
+# command imports torch only when it runs), so `ddpcheck lint` stays light.
+from ddpcheck.preflight.command import preflight  # noqa: E402
+
+main.add_command(preflight)

@@ -197,6 +197,15 @@ def test_lint_never_imports_torch(tmp_path):
     assert result.stdout.strip().splitlines()[-1] in ("exit 0", "exit 1")
 
 
+def test_importing_the_cli_never_imports_torch_and_preflight_is_registered():
+    code = ("import sys; import ddpcheck.cli as cli; "
+            "assert 'torch' not in sys.modules, 'importing the CLI imported torch'; "
+            "assert 'preflight' in cli.main.commands; print('ok')")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.stdout.strip() == "ok", result.stderr
+    assert "ddpcheck preflight" in invoke("preflight", "--help").stdout
+
+
 # --- end to end, real rules, real process ------------------------------------------
 
 @needs_rule("DDP101")
