@@ -1,0 +1,83 @@
+"""DDP105 eval-sampler-padding."""
+
+from __future__ import annotations
+
+import re
+from typing import Iterator
+
+import libcst as cst
+
+from ddpcheck.analysis.evaluation import is_eval_loader, loader_loops
+from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.values import LoaderInfo, loaders
+from ddpcheck.findings import Severity
+from ddpcheck.rules.base import Hit, Rule, register
+
+# Loop variables that carry a sample's identity: predictions keyed by them can be de-duplicated.
+INDEX_TARGET = re.compile(r"^(idx|idxs|index|indices|indexes|ids|sample_ids?|img_ids?|image_ids?|uids?|keys|names|paths)$")
+# Evaluators keyed by image/sample id (pycocotools-style) merge ranks and drop repeats.
+KEYED_EVALUATOR = re.compile(r"evaluator|Evaluator")
+# `len(data_loader.dataset) != num_processed_samples`: the script checks the count itself (torchvision).
+_LEN = r"len\([^()]*(dataset|data|ds|set)[^()]*\)"
+COUNT_CHECK = re.compile(_LEN + r"\s*(!=|==|<|>|<=|>=|%)|(!=|==|<|>|<=|>=)\s*" + _LEN)
+
+
+def _aware(model: ScriptModel, loader: LoaderInfo) -> bool:
+    """The script de-duplicates or checks the count: loop variables carrying
+    sample ids, an id-keyed evaluator, or a test comparing `len(dataset)`
+    (next to the loader or in the evaluation function)."""
+    scopes = [(model, loader.site.ctx.function)]
+    for ll in loader_loops(model, loader):
+        m, fn = ll.model, ll.function
+        targets = list(ll.loop.targets)
+        it = ll.loop.iter
+        if isinstance(it, cst.Call) and (dotted_name(it.func) or "") == "enumerate" and targets:
+            targets = targets[1:]   # `for i, batch in enumerate(loader)`: i counts batches
+        if any(INDEX_TARGET.match(t.rpartition(".")[2].split("[")[0]) for t in targets):
+            return True
+        scopes.append((m, fn))
+    for m, fn in scopes:
+        for c in m.calls_in(fn):
+            if KEYED_EVALUATOR.search(c.func or "") or KEYED_EVALUATOR.search(c.qual or ""):
+                return True
+            for b in c.ctx.branches:
+                if COUNT_CHECK.search(m.module.code_for_node(b.test)):
+                    return True
+    return False
+
+
+@register
+class EvalSamplerPadding(Rule):
+    code = "DDP105"
+    name = "eval-sampler-padding"
+    severity = Severity.INFO
+    message = ("the evaluation loader uses a DistributedSampler without drop_last: it pads the data set with "
+               "repeated samples so every rank gets the same count, and metrics count those samples twice")
+    fix = ("accept it only when len(dataset) is a multiple of the world size; otherwise gather predictions with "
+           "their sample indices and drop repeats, or evaluate the full set on rank 0 with a SequentialSampler")
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        reported: set[int] = set()
+        for loader in loaders(model):
+            padded = [s for s in loader.samplers if s.drop_last is False]
+            if not padded or not is_eval_loader(model, loader):
+                continue
+            if not loader_loops(model, loader) or _aware(model, loader):
+                continue   # consumed only by code we cannot see, or the script handles the repeats
+            for s in padded:
+                node = s.site.node if s.model is model else loader.site.node
+                if id(node) in reported:
+                    continue
+                reported.add(id(node))
+                name = f"`{s.key}`" if s.key else f"The sampler of `{loader.key or 'this loader'}`"
+                yield Hit(node, message=(
+                    f"{name} is a DistributedSampler over evaluation data without drop_last: when len(dataset) "
+                    "is not a multiple of the world size it pads each rank's shard by repeating samples from the "
+                    "start (PyTorch's docs: extra indices are added \"to make the data evenly divisible\"), so "
+                    "accuracy, loss and counts reduced over the ranks include up to W-1 samples twice"
+                ), fix=(
+                    "if len(dataset) % world_size == 0 there is nothing to do; otherwise gather the predictions "
+                    "with their sample indices and drop the repeats, or evaluate on rank 0 over the full set with "
+                    "a SequentialSampler (drop_last=True on the sampler instead leaves samples out)"
+                ))
