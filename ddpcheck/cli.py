@@ -90,11 +90,19 @@ def lint(paths, select, ignore, output_format, fail_on, statistics, quiet, no_co
 
 # --- rules / rule ----------------------------------------------------------------
 
+SUMMARY_WIDTH = 90
+
+
 def one_line(text: str) -> str:
-    """First sentence of a rule message, for the rules table."""
+    """A short summary of a rule message for the rules table: its first
+    sentence, cut at its first clause (`: ` / `; `) when that is too long."""
     text = " ".join(text.split())
     end = text.find(". ")
-    return text if end < 0 else text[: end + 1]
+    text = text if end < 0 else text[: end + 1]
+    if len(text) > SUMMARY_WIDTH:
+        cuts = [i for i in (text.find(": "), text.find("; ")) if 20 <= i <= SUMMARY_WIDTH]
+        text = text[: min(cuts)] if cuts else text[: SUMMARY_WIDTH - 3].rstrip() + "..."
+    return text
 
 
 @main.command("rules")

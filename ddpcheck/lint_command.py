@@ -123,6 +123,6 @@ def print_results(options: LintOptions, results: list[FileResult], input_errors:
             click.echo(report.text_finding(finding, options.color), color=options.color)
     if not options.quiet:
         unreadable_count = len(input_errors) + len(report.unreadable(results))
-        if findings and options.output_format == "text" and not options.statistics:
+        if findings and options.output_format == "text":
             click.echo()
         click.echo(report.summary(findings, files_checked, unreadable_count))
