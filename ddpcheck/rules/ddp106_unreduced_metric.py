@@ -1,0 +1,143 @@
+"""DDP106 unreduced-metric."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+import libcst as cst
+
+from ddpcheck.analysis.evaluation import LoaderLoop, is_eval_loader, loader_loops
+from ddpcheck.analysis.metrics import (
+    METER_CLASS, Accumulator, class_reduces, function_reduces, is_report, local_class, mentions,
+)
+from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.values import loaders, origins
+from ddpcheck.analysis.worlds import D0, DN
+from ddpcheck.findings import Severity
+from ddpcheck.rules.base import Hit, Rule, register
+
+_LIST_METHODS = {"append", "extend"}
+
+
+def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
+    """What the loop adds up: `correct += ...`, `preds.append(...)`,
+    `top1.update(...)` on a meter class of the tree that never reduces."""
+    loop = ll.loop
+    fn = ll.function
+    found: dict[str, Accumulator] = {}
+    for a in m.assigns_in(fn):
+        if a.augmented is not None and a.ctx.inside(loop):
+            found.setdefault(a.key, Accumulator(a.key, a.node))
+    for c in m.calls_in(fn):
+        if not c.ctx.inside(loop) or c.receiver is None:
+            continue
+        key = dotted_name(c.receiver)
+        if key is None or key in found:
+            continue
+        if c.attr in _LIST_METHODS:
+            found[key] = Accumulator(key, c.node)
+        elif c.attr == "update":
+            for om, origin in origins(m, c.receiver, fn):
+                cls = local_class(om, origin)
+                if cls is not None and METER_CLASS.search(cls[1]) and not class_reduces(*cls):
+                    found[key] = Accumulator(key, c.node)
+                    break
+    # loop variables are not results
+    return [acc for k, acc in found.items() if k not in loop.targets]
+
+
+def derived(m: ScriptModel, ll: LoaderLoop, accs: list[Accumulator]) -> set[str]:
+    """Accumulated names and names computed from them after the loop (`acc = correct / total`)."""
+    tokens = {a.token for a in accs}
+    fn = ll.function
+    for _ in range(3):
+        grown = False
+        for a in m.assigns_in(fn):
+            if a.value is None or a.key in tokens or a.ctx.inside(ll.loop):
+                continue
+            text = m.module.code_for_node(a.value)
+            if any(mentions(text, t) for t in tokens):
+                tokens.add(a.key.split("[")[0])
+                grown = True
+        if not grown:
+            break
+    return tokens
+
+
+def first_report(m: ScriptModel, ll: LoaderLoop, tokens: set[str]) -> tuple[cst.CSTNode, str, str] | None:
+    """The first print/log/return after the loop that shows an accumulated value:
+    (node, what it is, which name)."""
+    fn = ll.function
+    after = ll.loop.ctx.order
+    candidates = []
+    for c in m.calls_in(fn):
+        if c.ctx.order <= after or c.ctx.inside(ll.loop) or not is_report(c):
+            continue
+        if not (m.worlds(c.ctx) & {D0, DN}):
+            continue
+        text = " ".join(m.module.code_for_node(a.value) for a in c.node.args)
+        hit = next((t for t in sorted(tokens) if mentions(text, t)), None)
+        if hit:
+            candidates.append((c.ctx.order, c.node, f"`{c.func or c.attr}(...)`", hit))
+    if fn is not None:
+        for value, ctx in fn.returns:
+            if ctx.order <= after or ctx.inside(ll.loop) or not (m.worlds(ctx) & {D0, DN}):
+                continue
+            text = m.module.code_for_node(value)
+            hit = next((t for t in sorted(tokens) if mentions(text, t)), None)
+            if hit:
+                candidates.append((ctx.order, value, "the `return`", hit))
+    if not candidates:
+        return None
+    _, node, what, name = min(candidates, key=lambda c: c[0])
+    return node, what, name
+
+
+@register
+class UnreducedMetric(Rule):
+    code = "DDP106"
+    name = "unreduced-metric"
+    severity = Severity.WARNING
+    message = ("an evaluation metric accumulated over a DistributedSampler shard is reported without "
+               "a reduction across ranks: it describes one rank's share of the data")
+    fix = ("sum the counts across ranks before dividing: `t = torch.tensor([correct, total], device=device)`, "
+           "`dist.all_reduce(t)`, or use a torchmetrics metric (its compute() syncs)")
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        reported: set[int] = set()
+        for loader in loaders(model):
+            if not loader.samplers or not is_eval_loader(model, loader):
+                continue
+            for ll in loader_loops(model, loader):
+                m, fn = ll.model, ll.function
+                if function_reduces(m, fn):
+                    continue
+                if ll.via is not None and function_reduces(model, ll.via.ctx.function):
+                    continue   # the caller reduces what the evaluation function returns
+                accs = accumulators(m, ll)
+                if not accs:
+                    continue
+                report = first_report(m, ll, derived(m, ll, accs))
+                if report is None:
+                    continue
+                node, what, name = report
+                names = ", ".join(f"`{a.key}`" for a in accs[:3])
+                where = ""
+                if m is not model:
+                    where = f" in `{fn.name if fn else 'module'}` ({Path(m.path).name})"
+                    node = ll.via.node
+                if id(node) in reported:
+                    continue
+                reported.add(id(node))
+                yield Hit(node, message=(
+                    f"{what}{where} reports `{name}`, accumulated ({names}) over `{loader.key}`, whose "
+                    "DistributedSampler gives each rank 1/W of the evaluation data, and nothing reduces it across "
+                    "ranks: the number printed, logged or returned describes one rank's shard (rank 0's on the "
+                    "main process), not the data set"
+                ), fix=(
+                    "reduce before reporting: put the sums in a tensor on the GPU, `dist.all_reduce(t, "
+                    "op=dist.ReduceOp.SUM)`, then divide (sums and counts, not per-rank averages); or use a "
+                    "torchmetrics metric, whose compute() syncs across ranks"
+                ))
