@@ -230,9 +230,14 @@ class ScriptBuilder(cst.CSTVisitor):
         ctx = self.ctx()
         for t in node.targets:
             keys = target_keys(t.target)
-            single = len(keys) == 1 and not isinstance(t.target, (cst.Tuple, cst.List))
-            for k in keys:
-                self.m.assigns.append(Assign(k, node.value if single else None, ctx, node))
+            if len(keys) == 1 and not isinstance(t.target, (cst.Tuple, cst.List)):
+                self.m.assigns.append(Assign(keys[0], node.value, ctx, node))
+                continue
+            flat = isinstance(t.target, (cst.Tuple, cst.List)) and all(
+                not isinstance(el, cst.StarredElement) and len(target_keys(el.value)) == 1
+                for el in t.target.elements)
+            for i, k in enumerate(keys):
+                self.m.assigns.append(Assign(k, None, ctx, node, unpacked=(node.value, i) if flat else None))
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:

@@ -102,6 +102,8 @@ class Assign:
     ctx: Ctx
     node: cst.CSTNode
     augmented: str | None = None   # the operator of `x //= n`, else None
+    # `a, loader = build(cfg)`: value is None, unpacked is (the right-hand side, 1)
+    unpacked: tuple[cst.BaseExpression, int] | None = None
 
 
 @dataclass(eq=False)

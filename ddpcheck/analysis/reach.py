@@ -22,6 +22,8 @@ def unguarded_caller(model: ScriptModel, fn: FunctionInfo | None):
     if fn is None:
         return None
     for ref in model.refs_to(fn):
+        if ref.ctx.function is fn:
+            continue   # recursion, or a local variable of the same name
         if DN in model.worlds(ref.ctx) and _function_reached(model, ref.ctx.function, set()):
             return ref
     return None
@@ -43,5 +45,26 @@ def _function_reached(model: ScriptModel, fn: FunctionInfo | None, seen: set[int
         if DN in model.worlds(ref.ctx) and _function_reached(model, ref.ctx.function, seen):
             result = True
             break
+    model._memo[memo] = result
+    return result
+
+
+def script_reaches(model: ScriptModel, fn: FunctionInfo | None) -> bool:
+    """The script itself runs `fn`: module-level code, or a function used
+    (called, passed to `mp.spawn`, ...) from code the script runs. A function
+    nobody in the file uses is a library entry point (a helper in utils.py)."""
+    return _used(model, fn, set())
+
+
+def _used(model: ScriptModel, fn: FunctionInfo | None, seen: set[int]) -> bool:
+    if fn is None:
+        return True
+    memo = ("script_reaches", id(fn))
+    if memo in model._memo:
+        return model._memo[memo]
+    if id(fn) in seen:
+        return False
+    seen.add(id(fn))
+    result = any(_used(model, ref.ctx.function, seen) for ref in model.refs_to(fn))
     model._memo[memo] = result
     return result

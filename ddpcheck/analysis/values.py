@@ -84,6 +84,27 @@ def origins(model: ScriptModel, expr: cst.BaseExpression | None, scope: Function
     for a in model.assignments(key, scope):
         if a.value is not None and a.augmented is None:
             yield from origins(model, a.value, a.ctx.function, depth + 1)
+        elif a.unpacked is not None:
+            yield from _unpacked_origins(model, *a.unpacked, a.ctx.function, depth + 1)
+
+
+def _unpacked_origins(model: ScriptModel, value: cst.BaseExpression, index: int,
+                      scope: FunctionInfo | None, depth: int) -> Iterator[tuple[ScriptModel, CallSite]]:
+    """`train_set, val_set, train_loader, val_loader = build_loader(cfg)`: the
+    index-th element of a tuple literal, or of what a local builder returns."""
+    if isinstance(value, (cst.Tuple, cst.List)):
+        if index < len(value.elements):
+            yield from origins(model, value.elements[index].value, scope, depth)
+        return
+    if isinstance(value, cst.Call):
+        site = call_site(model, value)
+        target = model.resolve_call(site) if site is not None else None
+        if target is None:
+            return
+        tmodel, fn = target
+        for ret, _ctx in fn.returns:
+            if isinstance(ret, (cst.Tuple, cst.List)) and index < len(ret.elements):
+                yield from origins(tmodel, ret.elements[index].value, fn, depth)
 
 
 def key_of(model: ScriptModel, site: CallSite) -> str | None:
@@ -148,10 +169,24 @@ class LoaderInfo:
     key: str | None
     samplers: tuple[SamplerInfo, ...]      # DistributedSamplers feeding it
     batch_sampler_keys: tuple[str, ...]     # names of BatchSamplers in between
+    batch_sampler_sizes: tuple[cst.BaseExpression, ...] = ()   # their batch_size arguments
+    # The function holding `key`: where the DataLoader was built, or, for a
+    # loader a local builder returns (`train_loader = build_loader(cfg)`), the caller.
+    holder: FunctionInfo | None = None
+    held: bool = False   # holder was given (None then means module level)
+
+    @property
+    def scope(self) -> FunctionInfo | None:
+        return self.holder if self.held else self.site.ctx.function
 
     @property
     def batch_size(self) -> cst.BaseExpression | None:
-        return self.site.arg("batch_size", 1)
+        """The per-process batch: the loader's own, or its BatchSampler's
+        (`BatchSampler(sampler, hypes['batch_size'], drop_last=True)`)."""
+        own = self.site.arg("batch_size", 1)
+        if own is not None or not self.batch_sampler_sizes:
+            return own
+        return self.batch_sampler_sizes[0]
 
     def looks_like_eval(self) -> bool:
         names = [self.key or ""] + [s.key or "" for s in self.samplers]
@@ -176,20 +211,56 @@ def loaders(model: ScriptModel) -> list[LoaderInfo]:
             continue
         scope = site.ctx.function
         samplers = distributed_samplers(model, site.arg("sampler", 3), scope)
-        batch_keys = []
+        batch_keys, batch_sizes = [], []
         bs_expr = site.arg("batch_sampler", 4)
         if bs_expr is not None:
             for m, bs in origins(model, bs_expr, scope):
                 if is_api_call(m, bs, "BatchSampler"):
                     samplers += distributed_samplers(m, bs.arg("sampler", 0), bs.ctx.function)
+                    size = bs.arg("batch_size", 1)
+                    if size is not None and m is model:
+                        batch_sizes.append(size)
                     k = key_of(m, bs)
                     if k:
                         batch_keys.append(k)
                 elif is_api_call(m, bs, "DistributedSampler"):
                     samplers.append(SamplerInfo(m, bs, key_of(m, bs)))
-        result.append(LoaderInfo(model, site, key_of(model, site), tuple(samplers), tuple(batch_keys)))
+        result.append(LoaderInfo(model, site, key_of(model, site), tuple(samplers), tuple(batch_keys),
+                                 tuple(batch_sizes)))
     model._memo[memo] = result
     return result
+
+
+def returned_loaders(model: ScriptModel) -> list[LoaderInfo]:
+    """Loaders a script receives from a builder function (in the file or a
+    local module): `train_loader = build_loader(cfg)` or
+    `dataset_train, dataset_val, data_loader_train, data_loader_val = build_loader(config)`."""
+    memo = ("returned_loaders",)
+    if memo in model._memo:
+        return model._memo[memo]
+    result = []
+    for a in model.assigns:
+        value = a.value if a.value is not None else (a.unpacked[0] if a.unpacked else None)
+        if not isinstance(value, cst.Call) or a.augmented is not None:
+            continue
+        site = call_site(model, value)
+        if site is None or is_api_call(model, site, "DataLoader") or model.resolve_call(site) is None:
+            continue
+        for m, origin in _unpack_or_value(model, a):
+            if m is not model or origin.ctx.function is not a.ctx.function:
+                inner = next((l for l in loaders(m) if l.site is origin), None)
+                if inner is not None:
+                    result.append(LoaderInfo(m, origin, a.key, inner.samplers, inner.batch_sampler_keys,
+                                             inner.batch_sampler_sizes, holder=a.ctx.function, held=True))
+                    break
+    model._memo[memo] = result
+    return result
+
+
+def _unpack_or_value(model: ScriptModel, a) -> Iterator[tuple[ScriptModel, CallSite]]:
+    if a.value is not None:
+        return origins(model, a.value, a.ctx.function)
+    return _unpacked_origins(model, *a.unpacked, a.ctx.function, 1)
 
 
 # -- wrapped models --------------------------------------------------------------

@@ -7,7 +7,7 @@ from typing import Iterator
 from ddpcheck.analysis.epochs import epoch_loops
 from ddpcheck.analysis.model import ScriptModel
 from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import loaders
+from ddpcheck.analysis.values import loaders, returned_loaders
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -24,7 +24,7 @@ class MissingSetEpoch(Rule):
     fix = "call `sampler.set_epoch(epoch)` at the start of each epoch, before iterating the loader"
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
-        all_loaders = loaders(model)
+        all_loaders = loaders(model) + returned_loaders(model)
         known = {l.key for l in all_loaders if l.key} | {s.key for l in all_loaders for s in l.samplers if s.key}
         for loader in all_loaders:
             shuffling = [s for s in loader.samplers if s.shuffle is True]
@@ -37,7 +37,7 @@ class MissingSetEpoch(Rule):
             for k in loader.batch_sampler_keys:
                 accepted |= {k, k + ".sampler"}
             reported = set()
-            for epoch in epoch_loops(model, loader.key, loader.site.ctx.function):
+            for epoch in epoch_loops(model, loader.key, loader.scope):
                 if id(epoch.loop) in reported or _sets_epoch(model, epoch.loop, accepted, known):
                     continue
                 reported.add(id(epoch.loop))

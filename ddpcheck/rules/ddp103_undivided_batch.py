@@ -50,8 +50,8 @@ class UndividedBatch(Rule):
     def check(self, model: ScriptModel) -> Iterator[Hit]:
         documented = {o.dest: o for o in options(model) if GLOBAL_HELP.search(o.help) and not PER_GPU_HELP.search(o.help)}
         for loader in loaders(model):
-            if not loader.samplers:
-                continue
+            if not loader.samplers or loader.looks_like_eval():
+                continue   # an evaluation batch does not change the training batch
             expr = loader.batch_size
             if expr is None:
                 continue
@@ -63,7 +63,9 @@ class UndividedBatch(Rule):
             if GLOBAL_NAME.search(last):
                 why = f"its name says `{last}` is the global batch"
             elif last in documented:
-                why = f"`--{documented[last].flags[-1].lstrip('-')}` is documented as \"{documented[last].help.strip()}\""
+                option = documented[last]
+                flag = next((f for f in option.flags if f.startswith("--")), option.flags[0])
+                why = f"`{flag}` is documented as \"{option.help.strip()}\""
             if why is None or _divided(model, name, last):
                 continue
             yield Hit(expr, message=(

@@ -11,25 +11,30 @@ from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
 
-def _still_wrapped(model: ScriptModel, key: str, wrap_order: int, load_order: int, scope) -> bool:
+def _still_wrapped(model: ScriptModel, key: str, wrap, load_order: int, scope) -> bool:
     """No reassignment between the wrap and the load replaced the wrapper
-    (`model = model.module` unwraps; `model = build()` starts over)."""
+    (`model = model.module` unwraps; `model = build()` starts over). An
+    assignment in the other arm of the wrap's `if` never runs with it."""
     for a in model.assignments(key, scope):
-        if wrap_order < a.ctx.order < load_order and a.value is not None:
+        if exclusive(wrap.site.ctx, a.ctx):
+            continue
+        if wrap.order < a.ctx.order < load_order and a.value is not None:
             text = model.module.code_for_node(a.value)
             if f"{key}.module" in text or key not in text:
                 return False
     return True
 
 
-def _saves_wrapper_state(model: ScriptModel, key: str) -> bool:
-    """The script itself saves `key.state_dict()`: its checkpoints carry the
-    `module.` prefix, so loading them back into the wrapper is consistent."""
-    for c in model.calls:
-        if c.attr == "state_dict" and c.receiver is not None and dotted_name(c.receiver) == key:
-            if any(s.attr == "save" for s in model.calls if s.stmt is c.stmt):
-                return True
-    return False
+def _saves_wrapper_state(model: ScriptModel, key: str, wrap_order: int) -> bool:
+    """The script itself takes the wrapper's `state_dict()` (to save it,
+    directly or through a checkpoint dict and a helper): its checkpoints carry
+    the `module.` prefix, so loading them back into the wrapper is consistent
+    (DDP302 reports the save instead)."""
+    return any(
+        c.attr == "state_dict" and c.receiver is not None and dotted_name(c.receiver) == key
+        and c.ctx.order > wrap_order
+        for c in model.calls
+    )
 
 
 @register
@@ -50,8 +55,8 @@ class WrapBeforeLoad(Rule):
             for w in wraps(model):
                 if (w.key == key and w.order < site.ctx.order and w.site.ctx.function is site.ctx.function
                         and not exclusive(w.site.ctx, site.ctx)):
-                    if _saves_wrapper_state(model, key) or not _still_wrapped(
-                            model, key, w.order, site.ctx.order, site.ctx.function):
+                    if _saves_wrapper_state(model, key, w.order) or not _still_wrapped(
+                            model, key, w, site.ctx.order, site.ctx.function):
                         break
                     strict = site.arg("strict", 1)
                     silent = getattr(strict, "value", None) == "False"
