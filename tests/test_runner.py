@@ -7,7 +7,7 @@ import pytest
 import ddpcheck.analysis.run as run
 from ddpcheck.engine import LintSettings
 from ddpcheck.findings import Finding, Severity
-from ddpcheck.runner import IN_PROCESS_MAX_FILES, lint_files
+from ddpcheck.runner import IN_PROCESS_MAX_FILES, chunks_biggest_first, lint_files
 from tests.conftest import PREAMBLE, write
 
 
@@ -56,3 +56,19 @@ def test_prefiltered_files_are_never_analysed(tmp_path, monkeypatch, fake_rules)
     write(tmp_path / "plain.py", "import os\nprint(os.getcwd())\n")
     [result] = lint_files([(str(tmp_path / "plain.py"), LintSettings(enabled=frozenset({"DDP901"})))], jobs=1)
     assert result.error is None and result.findings == ()
+
+
+def test_batches_start_with_the_biggest_files_and_cover_every_task(tmp_path):
+    sizes = [5, 1000, 20, 20, 7000, 3, 0]
+    tasks = []
+    for i, size in enumerate(sizes):
+        path = tmp_path / f"f{i}.py"
+        path.write_text("x" * size)
+        tasks.append((str(path), LintSettings(enabled=frozenset())))
+    tasks.append((str(tmp_path / "missing.py"), LintSettings(enabled=frozenset())))
+    batches = chunks_biggest_first(tasks, workers=2)
+    flat = [path for batch in batches for path, _ in batch]
+    assert sorted(flat) == sorted(path for path, _ in tasks)
+    assert flat[:2] == [str(tmp_path / "f4.py"), str(tmp_path / "f1.py")]
+    assert batches[0] == [tasks[4]]  # the biggest file is a batch of its own
+    assert len(batches[-1]) > 1      # the small ones are batched together
