@@ -52,6 +52,6 @@ def choose_backend(requested: str, procs_per_node: int, visible_gpus: int,
            if visible_gpus < procs_per_node else "this torch build has no NCCL")
     return BackendChoice(
         "gloo", "cpu", WARN,
-        f"{why}: ran {procs_per_node} CPU processes with gloo, one per requested GPU; the "
-        f"process group, collectives and arithmetic are real, NCCL, set_device and GPU "
+        f"{why}: {procs_per_node} CPU processes with gloo stand in for {procs_per_node} GPUs; "
+        f"the process group, collectives and arithmetic are real, NCCL, set_device and GPU "
         f"memory were not checked")

@@ -360,6 +360,14 @@ def memory_report(views: list, q: MemoryQuestion) -> MemoryReport:
                           f"largest that fits: predicted {format_bytes(pred)} "
                           f"({(pred - m) / m * 100:+.1f} %)"))
 
+    if usable is not None:
+        first = steps[0]
+        rep.checks.append(Check(
+            "memory at batch 1" if first["batch"] == 1 else f"memory at batch {first['batch']}",
+            PASS,
+            f"batch={first['batch']} fits: a full training step peaks at "
+            f"{format_bytes(first['peak'])} of {format_bytes(usable)} usable (seed 000: make "
+            f"batch=1 run first)"))
     if target and usable is not None:
         pred = fit.predict(target)
         if pred > usable:
@@ -418,7 +426,7 @@ def _facts(rep: MemoryReport, mem: dict, q: MemoryQuestion, on_cpu: bool,
                   f"({lead.phase} is the peak at batch {at})"))
         for ln in rep.fit.lines:
             if ln is not lead:
-                f.append((f"  {ln.phase}", f"{format_bytes(ln.fixed)} + "
+                f.append((f"other phase: {ln.phase}", f"{format_bytes(ln.fixed)} + "
                                            f"{format_bytes(ln.per_sample)} x batch"))
     budget = mem.get("budget")
     if budget:
@@ -428,8 +436,9 @@ def _facts(rep: MemoryReport, mem: dict, q: MemoryQuestion, on_cpu: bool,
         if on_cpu:
             f.append(("kept aside", f"{q.safety_margin:.0%} margin"
                       + (f" + {format_bytes(reserve)} --reserve" if reserve else
-                         "; CPU run: CUDA context, NCCL buffers and allocator rounding are not "
-                         "included (often 0.5-2 GiB on a GPU): pass --reserve to keep room")))
+                         "; CPU run: the CUDA context, NCCL buffers and allocator rounding are "
+                         "not included (on GPUs they are measured): pass --reserve SIZE to "
+                         "keep room for them")))
         else:
             f.append(("kept aside", f"{q.safety_margin:.0%} margin + {format_bytes(reserve)} "
                                     f"outside PyTorch's allocator (CUDA context, NCCL, other "

@@ -15,7 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def child_pids(pid: int) -> list[int]:
-    """Live (non-zombie) children of ``pid``, from /proc."""
+    """Live (non-zombie) children of ``pid``, from /proc, except multiprocessing's
+    resource tracker."""
     out = []
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -26,8 +27,17 @@ def child_pids(pid: int) -> list[int]:
         except OSError:
             continue
         state, ppid = fields[0], int(fields[1])
-        if ppid == pid and state != "Z":
-            out.append(int(entry))
+        if ppid != pid or state == "Z":
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except OSError:
+            continue
+        # Python's own helper for spawned processes lives as long as its parent
+        if b"multiprocessing.resource_tracker" in cmdline:
+            continue
+        out.append(int(entry))
     return out
 
 

@@ -1,8 +1,9 @@
 """Real preflight runs: 2-process gloo groups on CPU with the fixture models.
 
 Most run in-process (CliRunner; torch is imported once and the workers are
-forked from the test process), the ones that kill or crash workers run the
-CLI as a subprocess. Every run asserts that no worker process is left behind.
+forked from the test process, the way the CLI forks them from itself); the
+seed case and the torchrun case run real processes. Every run asserts that no
+worker process is left behind.
 """
 
 from __future__ import annotations
@@ -166,22 +167,21 @@ def test_factory_returning_something_else(preflight_inproc):
     assert "returned a dict, not a torch.nn.Module" in run.check("model factory")["detail"]
 
 
-def test_rank_that_crashes_is_named(preflight_cli):
-    run = preflight_cli("--gpus", "2", "--model", "fixtures.models.faults:crash_on_rank1",
+def test_rank_that_crashes_is_named(preflight_inproc):
+    run = preflight_inproc("--gpus", "2", "--model", "fixtures.models.faults:crash_on_rank1",
                         "--input-shape", "3,32,32", "--format", "json")
-    assert run.code == 1, run.err
+    assert run.code == 1, run.out
     row = run.check("rank 1 crashed")
     assert row["status"] == "FAIL"
     assert "SIGSEGV" in row["detail"] and "building the model" in row["detail"]
     assert "faults.py" in row["detail"]  # the frame it died in
-    assert "Traceback" not in run.err
+    assert "Traceback" not in run.out
 
 
-def test_rank_that_hangs_is_named_and_killed(preflight_cli):
-    run = preflight_cli("--gpus", "2", "--model", "fixtures.models.faults:hang_on_rank1",
-                        "--input-shape", "3,32,32", "--timeout", "6", "--format", "json",
-                        timeout=60)
-    assert run.code == 1, run.err
+def test_rank_that_hangs_is_named_and_killed(preflight_inproc):
+    run = preflight_inproc("--gpus", "2", "--model", "fixtures.models.faults:hang_on_rank1",
+                           "--input-shape", "3,32,32", "--timeout", "6", "--format", "json")
+    assert run.code == 1, run.out
     row = run.check("rank 1 hung")
     assert row["status"] == "FAIL"
     assert "building the model" in row["detail"] and "--timeout 6 s" in row["detail"]
@@ -197,7 +197,7 @@ def test_inside_torchrun_acts_as_the_worker():
     marker = os.urandom(8).hex()
     env = dict(os.environ, DDPCHECK_TEST_MARKER=marker)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "-m", "ddpcheck.preflight", "--dataset-size", "8607", "--format", "json"]
+           "-m", "ddpcheck", "preflight", "--dataset-size", "8607", "--format", "json"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     data = json.loads(proc.stdout)  # only rank 0 printed
@@ -250,3 +250,14 @@ def test_cpu_meter_agrees_with_torch_mem_tracker():
             step(model, opt, x)
         theirs = sum(d["Total"] for d in mt.get_tracker_snapshot("peak").values())
         assert ours.peaks["step"] == pytest.approx(theirs, rel=0.02), (batch, ours.peaks, theirs)
+
+
+def test_spawned_workers_when_fork_is_unsafe(preflight_inproc, monkeypatch):
+    # where counting GPUs had to initialise CUDA, forked workers could not use it
+    import ddpcheck.preflight.launch as launch
+
+    monkeypatch.setattr(launch, "visible_gpus", lambda: (0, False))
+    run = preflight_inproc("--gpus", "2", "--dataset-size", "100", "--format", "json")
+    assert run.code == 0, run.out
+    assert "elastic_launch (spawn)" in run.json()["launcher"]
+    assert run.check("collectives")["status"] == "PASS"

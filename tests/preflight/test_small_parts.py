@@ -208,3 +208,20 @@ def test_importing_the_command_does_not_import_torch():
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+# -- counting GPUs without poisoning fork ------------------------------------------------------
+
+
+def test_visible_gpus_prefers_nvml_and_says_when_fork_is_unsafe(monkeypatch):
+    torch = pytest.importorskip("torch")
+    from ddpcheck.preflight.launch import visible_gpus
+
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", lambda: 8, raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: 4, raising=False)
+    assert visible_gpus() == (4, True)  # NVML answered: CUDA untouched, fork is fine
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: -1, raising=False)
+    assert visible_gpus() == (8, False)  # the CUDA runtime answered: workers must spawn
+    monkeypatch.delattr(torch._C, "_cuda_getDeviceCount")
+    assert visible_gpus() == (0, True)  # a CPU-only build
