@@ -1,10 +1,20 @@
-"""The single libcst visit that fills a ScriptModel.
+"""The single walk over a libcst tree that fills a ScriptModel.
 
 No metadata providers: the builder keeps its own stacks (function, class,
-loops, branches), which is all the context the rules need, and records positions
-only for the few nodes that end up in findings (see run.py)."""
+loops, branches), which is all the context the rules need, and positions are
+computed only for the few nodes that end up in findings (see run.py).
+
+The walk is our own rather than `module.visit(visitor)`: libcst's visitor
+rebuilds every node it leaves and calls attribute hooks for every field, which
+costs more than the parse itself. Walking only the fields that can hold code
+(no whitespace, brackets, commas) is several times cheaper and lets compound
+statements say exactly which child runs under which branch or loop.
+"""
 
 from __future__ import annotations
+
+import dataclasses
+import re
 
 import libcst as cst
 
@@ -56,7 +66,27 @@ def _exits(block: cst.BaseSuite) -> bool:
     )
 
 
-class ScriptBuilder(cst.CSTVisitor):
+# Fields that never hold code that matters: formatting tokens, and the names
+# that are bindings rather than uses (a def's name, a parameter, a keyword
+# argument, an attribute after the dot, an `as` alias).
+_SKIP_FIELD = re.compile(
+    r"whitespace|^(lpar|rpar|lbracket|rbracket|lbrace|rbrace|comma|semicolon|colon|dot|equal|arrow|star"
+    r"|leading_lines|lines_after_decorators|header|footer|newline|operator|asynchronous|walrus"
+    r"|keyword|name|attr|asname|default_indicator|prefix|quote|indent|encoding|default_newline"
+    r"|default_indent|has_trailing_newline|first_line|last_line|semicolon)$"
+)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(node_type: type) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(node_type)
+    if fields is None:
+        fields = tuple(f.name for f in dataclasses.fields(node_type) if not _SKIP_FIELD.search(f.name))
+        _CHILD_FIELDS[node_type] = fields
+    return fields
+
+
+class ScriptBuilder:
     def __init__(self, model: ScriptModel) -> None:
         self.m = model
         self.order = 0
@@ -92,22 +122,7 @@ class ScriptBuilder(cst.CSTVisitor):
     def visit_ImportFrom(self, node: cst.ImportFrom) -> None:
         self.m.imports.add_import_from(node)
 
-    # -- statements -----------------------------------------------------------
-    def visit_SimpleStatementLine(self, node: cst.SimpleStatementLine) -> None:
-        self.stmt = node
-
-    def visit_Module(self, node: cst.Module) -> None:
-        self.block_exits.append(0)
-
-    def leave_Module(self, node: cst.Module) -> None:
-        self._pop_block()
-
-    def visit_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self.block_exits.append(0)
-
-    def leave_IndentedBlock(self, node: cst.IndentedBlock) -> None:
-        self._pop_block()
-
+    # -- blocks -----------------------------------------------------------------
     def _pop_block(self) -> None:
         for _ in range(self.block_exits.pop()):
             self.branches.pop()
@@ -258,6 +273,128 @@ class ScriptBuilder(cst.CSTVisitor):
         self.m.references.setdefault(name, []).append(
             Reference(name, node, self._ref_ctx(), via_attribute=True))
 
+    # -- the walk -------------------------------------------------------------------
+    def walk(self, node: cst.CSTNode) -> None:
+        special = _SPECIAL.get(type(node))
+        if special is not None:
+            special(self, node)
+            return
+        name = type(node).__name__
+        visit = getattr(self, "visit_" + name, None)
+        if visit is not None:
+            visit(node)
+        self.walk_children(node)
+        leave = getattr(self, "leave_" + name, None)
+        if leave is not None:
+            leave(node)
+
+    def walk_children(self, node: cst.CSTNode) -> None:
+        for field in _child_fields(type(node)):
+            value = getattr(node, field)
+            if isinstance(value, cst.CSTNode):
+                self.walk(value)
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        self.walk(item)
+
+    def walk_all(self, nodes) -> None:
+        for n in nodes:
+            self.walk(n)
+
+    def _walk_block(self, node) -> None:
+        self.block_exits.append(0)
+        for stmt in node.body:
+            self.walk(stmt)
+        self._pop_block()
+
+    def _walk_simple_line(self, node) -> None:
+        self.stmt = node
+        for small in node.body:
+            self.walk(small)
+
+    def _walk_simple_suite(self, node: cst.SimpleStatementSuite) -> None:
+        self.stmt = node   # `if not main: return` on one line
+        for small in node.body:
+            self.walk(small)
+
+    def _walk_if(self, node: cst.If) -> None:
+        self.stmt = node
+        self.walk(node.test)
+        self.visit_If_body(node)
+        self.walk(node.body)
+        self.leave_If_body(node)
+        if node.orelse is not None:
+            self.visit_If_orelse(node)
+            self.walk(node.orelse.body if isinstance(node.orelse, cst.Else) else node.orelse)
+            self.leave_If_orelse(node)
+        self.leave_If(node)
+
+    def _walk_for(self, node: cst.For) -> None:
+        self.visit_For(node)
+        self.walk(node.target)
+        self.walk(node.iter)
+        self.visit_For_body(node)
+        self.walk(node.body)
+        self.leave_For_body(node)
+        if node.orelse is not None:
+            self.walk(node.orelse.body)
+
+    def _walk_while(self, node: cst.While) -> None:
+        self.visit_While(node)
+        self.walk(node.test)
+        self.visit_While_body(node)
+        self.walk(node.body)
+        self.leave_While_body(node)
+        if node.orelse is not None:
+            self.walk(node.orelse.body)
+
+    def _walk_function(self, node: cst.FunctionDef) -> None:
+        # decorators and defaults run in the enclosing scope
+        self.walk_all(node.decorators)
+        for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
+            if p.default is not None:
+                self.walk(p.default)
+        self.visit_FunctionDef(node)
+        self.walk(node.body)
+        self.leave_FunctionDef(node)
+
+    def _walk_class(self, node: cst.ClassDef) -> None:
+        self.walk_all(node.decorators)
+        for arg in (*node.bases, *node.keywords):
+            self.walk(arg.value)
+        self.visit_ClassDef(node)
+        self.walk(node.body)
+        self.leave_ClassDef(node)
+
+    def _walk_with(self, node: cst.With) -> None:
+        self.visit_With(node)
+        for item in node.items:
+            self.walk(item.item)
+            if item.asname is not None:
+                self.walk(item.asname.name)
+        self.walk(node.body)
+        self.leave_With(node)
+
+    def _walk_call(self, node: cst.Call) -> None:
+        self.visit_Call(node)
+        self.walk(node.func)
+        for arg in node.args:
+            self.walk(arg.value)
+
+    def _walk_attribute(self, node: cst.Attribute) -> None:
+        self.visit_Attribute(node)
+        self.walk(node.value)
+
+    def _walk_import(self, node) -> None:
+        if isinstance(node, cst.Import):
+            self.visit_Import(node)
+        else:
+            self.visit_ImportFrom(node)
+
+    def _walk_lambda(self, node: cst.Lambda) -> None:
+        self.walk(node.body)
+
     def _ref_ctx(self) -> Ctx:
         # Names are the most frequent nodes: references share one Ctx until the
         # next fact advances the source order (a new branch always comes with one).
@@ -270,7 +407,26 @@ class ScriptBuilder(cst.CSTVisitor):
         return self._ref_ctx_cache
 
 
+_SPECIAL = {
+    cst.Module: ScriptBuilder._walk_block,
+    cst.IndentedBlock: ScriptBuilder._walk_block,
+    cst.SimpleStatementLine: ScriptBuilder._walk_simple_line,
+    cst.SimpleStatementSuite: ScriptBuilder._walk_simple_suite,
+    cst.If: ScriptBuilder._walk_if,
+    cst.For: ScriptBuilder._walk_for,
+    cst.While: ScriptBuilder._walk_while,
+    cst.FunctionDef: ScriptBuilder._walk_function,
+    cst.ClassDef: ScriptBuilder._walk_class,
+    cst.With: ScriptBuilder._walk_with,
+    cst.Call: ScriptBuilder._walk_call,
+    cst.Attribute: ScriptBuilder._walk_attribute,
+    cst.Import: ScriptBuilder._walk_import,
+    cst.ImportFrom: ScriptBuilder._walk_import,
+    cst.Lambda: ScriptBuilder._walk_lambda,
+}
+
+
 def build_model(path: str, module: cst.Module, settings) -> ScriptModel:
     model = ScriptModel(path, module, settings)
-    module.visit(ScriptBuilder(model))
+    ScriptBuilder(model).walk(module)
     return model

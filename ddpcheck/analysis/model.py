@@ -185,7 +185,12 @@ class ScriptModel:
     def calls_in(self, fn: FunctionInfo | None) -> list[CallSite]:
         key = ("calls_in", id(fn))
         if key not in self._memo:
-            self._memo[key] = [c for c in self.calls if c.ctx.function is fn]
+            by_fn: dict[int, list[CallSite]] = {}
+            for c in self.calls:
+                by_fn.setdefault(id(c.ctx.function), []).append(c)
+            for fid, items in by_fn.items():
+                self._memo[("calls_in", fid)] = items
+            self._memo.setdefault(key, [])
         return self._memo[key]
 
     def calls_inside(self, loop: Loop) -> list[CallSite]:
@@ -232,11 +237,18 @@ class ScriptModel:
         memo = ("assign", key, id(scope))
         if memo in self._memo:
             return self._memo[memo]
+        by_key = self._memo.get("assigns_by_key")
+        if by_key is None:
+            by_key = {}
+            for a in self.assigns:
+                by_key.setdefault(a.key, []).append(a)
+            self._memo["assigns_by_key"] = by_key
+        same_key = by_key.get(key, ())
         if key.startswith("self."):
             cls = scope.class_name if scope else None
-            found = [a for a in self.assigns if a.key == key and owner_class(a.ctx) == cls]
+            found = [a for a in same_key if owner_class(a.ctx) == cls]
         else:
-            found = [a for a in self.assigns if a.key == key and a.ctx.function is scope]
+            found = [a for a in same_key if a.ctx.function is scope]
             if not found and scope is not None:
                 parent = scope.ctx.function
                 found = self.assignments(key, parent) if parent is not scope else []
@@ -244,7 +256,15 @@ class ScriptModel:
         return found
 
     def assigns_in(self, fn: FunctionInfo | None) -> list[Assign]:
-        return [a for a in self.assigns if a.ctx.function is fn]
+        key = ("assigns_in", id(fn))
+        if key not in self._memo:
+            by_fn: dict[int, list[Assign]] = {}
+            for a in self.assigns:
+                by_fn.setdefault(id(a.ctx.function), []).append(a)
+            for fid, items in by_fn.items():
+                self._memo[("assigns_in", fid)] = items
+            self._memo.setdefault(key, [])
+        return self._memo[key]
 
     # -- worlds --------------------------------------------------------------
     def worlds(self, ctx: Ctx) -> frozenset[str]:
