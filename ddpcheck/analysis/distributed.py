@@ -71,3 +71,31 @@ def runs_distributed(model: ScriptModel) -> bool:
 
 
 __all__ = ["runs_distributed", "init_calls", "function_inits", "distributed_samplers"]
+
+
+# A helper we cannot see whose name says it tears the process group down.
+DESTROY_HELPER_NAME = re.compile(r"destroy|cleanup|clean_up|teardown|tear_down|finalize|shutdown", re.I)
+
+
+def is_destroy_call(model: ScriptModel, site) -> bool:
+    return is_api_call(model, site, "destroy_process_group")
+
+
+def script_destroys(model: ScriptModel) -> bool | None:
+    """The script tears its process group down: `destroy_process_group` is
+    called or referenced (`atexit.register(dist.destroy_process_group)`) in
+    the file or in a local helper it calls. None: it may, in a helper we
+    cannot see (`cleanup()` from a package)."""
+    memo = ("script_destroys",)
+    if memo in model._memo:
+        return model._memo[memo]
+    result: bool | None = False
+    if model.references.get("destroy_process_group"):
+        result = True
+    elif any(is_destroy_call(m, c) for m, fn, _ in model.callees(model.calls, depth=4) for c in m.calls_in(fn)):
+        result = True
+    elif any(model.resolve_call(c) is None and c.attr and DESTROY_HELPER_NAME.search(c.attr)
+             and not (c.qual or "").startswith("torch.") for c in model.calls):
+        result = None
+    model._memo[memo] = result
+    return result

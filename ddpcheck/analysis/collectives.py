@@ -1,0 +1,417 @@
+"""Collectives: the calls every rank of a process group must make together.
+
+- `collective_kind(model, site)`: `dist.barrier()` -> "barrier",
+  `dist.all_reduce(t)` -> "all_reduce", detectron2's `comm.synchronize()` ->
+  "barrier", `accelerator.wait_for_everyone()` -> "barrier"; None otherwise.
+- `ddp_forward(model, site)`: the call runs a DistributedDataParallel
+  model's forward (`model(x)` where `model` holds a DDP wrap), which
+  broadcasts buffers from rank 0 unless the wrap says `broadcast_buffers=False`.
+- `function_events(model, fn)`: the collective events a function performs
+  (direct collectives, DDP forwards, and calls to helpers in the file or a
+  local module that perform one for every rank that calls them), each with the
+  worlds (rank 0 / other ranks / single process) that reach it.
+- `needs_process_group(model, site)`: `get_rank()`, `get_world_size()`, a
+  collective... calls that raise when no process group exists yet.
+- `initialized_guarded(model, site)`: the call only runs when the process
+  group already exists (`if dist.is_initialized():`, `x if
+  dist.is_initialized() else 0`, `not dist.is_initialized() or ...`), or sits
+  in a `try:` body or a lambda (we cannot tell when it runs).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpcheck.analysis.guards import function_worlds
+from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.values import call_site, is_ddp_wrap, origins
+from ddpcheck.analysis.worlds import DISTRIBUTED, only_some_ranks
+
+# torch.distributed collectives -> their kind (barrier and monitored_barrier are one kind)
+COLLECTIVES = {
+    "barrier": "barrier", "monitored_barrier": "barrier",
+    "all_reduce": "all_reduce", "all_reduce_coalesced": "all_reduce",
+    "all_gather": "all_gather", "all_gather_into_tensor": "all_gather", "_all_gather_base": "all_gather",
+    "all_gather_coalesced": "all_gather", "all_gather_object": "all_gather_object",
+    "broadcast": "broadcast", "broadcast_object_list": "broadcast_object_list",
+    "reduce": "reduce",
+    "gather": "gather", "gather_object": "gather_object",
+    "scatter": "scatter", "scatter_object_list": "scatter_object_list",
+    "all_to_all": "all_to_all", "all_to_all_single": "all_to_all",
+    "reduce_scatter": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+    "_reduce_scatter_base": "reduce_scatter",
+}
+# Calls that need an initialised default process group (besides collectives).
+PROCESS_GROUP_QUERIES = {"get_rank", "get_world_size", "get_backend", "new_group", "get_process_group_ranks"}
+
+# Well-known library helpers that are collectives (every rank must call them).
+# Only qualified names are trusted: `from detectron2.utils import comm` then
+# `comm.synchronize()`.
+LIBRARY_COLLECTIVES = {
+    "detectron2.utils.comm": {"synchronize": "barrier", "all_gather": "all_gather_object",
+                              "gather": "gather_object", "reduce_dict": "reduce"},
+    "classy_vision.generic.distributed_util": {
+        "barrier": "barrier", "all_reduce_mean": "all_reduce", "all_reduce_sum": "all_reduce",
+        "all_reduce_min": "all_reduce", "all_reduce_max": "all_reduce", "all_reduce_op": "all_reduce",
+        "gather_from_all": "all_gather", "gather_tensors_from_all": "all_gather",
+        "broadcast": "broadcast", "broadcast_object": "broadcast_object_list",
+    },
+    "fairseq.distributed_utils": {"all_reduce": "all_reduce", "all_gather_list": "all_gather_object",
+                                  "all_reduce_dict": "all_reduce", "broadcast_object": "broadcast_object_list",
+                                  "broadcast_tensors": "broadcast", "all_to_all": "all_to_all"},
+    "fairseq.distributed.utils": {"all_reduce": "all_reduce", "all_gather_list": "all_gather_object",
+                                  "all_reduce_dict": "all_reduce", "broadcast_object": "broadcast_object_list",
+                                  "broadcast_tensors": "broadcast", "all_to_all": "all_to_all"},
+}
+ACCELERATE_COLLECTIVES = {"wait_for_everyone": "barrier", "gather": "all_gather",
+                          "gather_for_metrics": "all_gather", "reduce": "reduce"}
+
+# Predicates that are true only once the default process group exists.
+INITIALIZED_PREDICATES = {"is_initialized", "is_dist_avail_and_initialized", "dist_is_initialized",
+                          "is_dist_initialized"}
+
+
+def _torch_distributed(site: CallSite) -> str | None:
+    """The function name for a call of torch.distributed.<name> (however imported)."""
+    q = site.qual or ""
+    return q.rpartition(".")[2] if q.startswith("torch.distributed.") else None
+
+
+def collective_kind(model: ScriptModel, site: CallSite) -> str | None:
+    memo = ("collective_kind", id(site.node))
+    if memo in model._memo:
+        return model._memo[memo]
+    result = None
+    name = _torch_distributed(site)
+    if name in COLLECTIVES:
+        result = COLLECTIVES[name]
+    elif site.qual:
+        module, _, last = site.qual.rpartition(".")
+        table = LIBRARY_COLLECTIVES.get(module)
+        if table and last in table:
+            result = table[last]
+        elif module.startswith("deepspeed.comm") and last in COLLECTIVES:
+            result = COLLECTIVES[last]
+        elif last in ACCELERATE_COLLECTIVES and site.receiver is not None and _is_accelerator(model, site):
+            result = ACCELERATE_COLLECTIVES[last]
+    model._memo[memo] = result
+    return result
+
+
+def _is_accelerator(model: ScriptModel, site: CallSite) -> bool:
+    return any((o.qual or "").startswith("accelerate.") and o.qual.endswith("Accelerator")
+               for _, o in origins(model, site.receiver, site.ctx.function))
+
+
+def is_subgroup_call(site: CallSite) -> bool:
+    """A collective over an explicit subgroup (`group=g`): only the group's
+    members call it, so a rank test around it is expected."""
+    group = site.arg("group")
+    if group is None and site.attr in ("barrier", "monitored_barrier"):
+        group = site.arg("group", 0)
+    if group is None:
+        return False
+    d = dotted_name(group) or ""
+    return not (isinstance(group, cst.Name) and group.value == "None") and not d.endswith("group.WORLD")
+
+
+def needs_process_group(model: ScriptModel, site: CallSite) -> bool:
+    """torch.distributed calls that raise without a default process group."""
+    name = _torch_distributed(site)
+    return name in COLLECTIVES or name in PROCESS_GROUP_QUERIES
+
+
+# -- DDP forwards ------------------------------------------------------------------
+
+def _wrap_broadcasts(site: CallSite) -> bool:
+    bb = site.arg("broadcast_buffers", 3)
+    return not (isinstance(bb, cst.Name) and bb.value == "False")
+
+
+def holds_ddp(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None,
+              before: int | None = None) -> CallSite | None:
+    """The DDP wrap (with broadcast_buffers on) that `expr` holds, if any.
+    Follows the last assignment before `before` in the same function, else
+    every assignment visible from the scope."""
+    key = dotted_name(expr)
+    if key is None:
+        return None
+    root = key.split(".")[0]
+    if scope is not None and root in scope.params and root not in ("self", "cls"):
+        return None   # a parameter: the caller decides (see `forwards_param`)
+    assigns = [a for a in model.assignments(key, scope) if a.value is not None and a.augmented is None]
+    if before is not None and scope is not None:
+        earlier = [a for a in assigns if a.ctx.function is scope and a.ctx.order < before]
+        if earlier:
+            assigns = [max(earlier, key=lambda a: a.ctx.order)]
+    for a in assigns:
+        for m, o in origins(model, a.value, a.ctx.function):
+            if is_ddp_wrap(m, o) and not (o.qual or "").startswith("apex."):
+                return o if _wrap_broadcasts(o) else None
+    return None
+
+
+def ddp_forward(model: ScriptModel, site: CallSite) -> CallSite | None:
+    """`model(x)` on a name holding a DDP wrap: the wrap's CallSite."""
+    func = site.node.func
+    if not isinstance(func, (cst.Name, cst.Attribute)):
+        return None
+    if isinstance(func, cst.Attribute) and func.attr.value == "module":
+        return None
+    return holds_ddp(model, func, site.ctx.function, site.ctx.order)
+
+
+def param_for_arg(fn: FunctionInfo, call: CallSite, arg: cst.Arg) -> str | None:
+    if arg.star:
+        return None
+    if arg.keyword is not None:
+        return arg.keyword.value if arg.keyword.value in fn.params else None
+    positional = [a for a in call.node.args if a.keyword is None]
+    if any(a.star for a in positional[: positional.index(arg) + 1]):
+        return None
+    idx = positional.index(arg)
+    params = list(fn.params)
+    if fn.class_name and params and params[0] in ("self", "cls") and call.receiver is not None:
+        params = params[1:]
+    return params[idx] if idx < len(params) else None
+
+
+def calls_param(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0) -> CallSite | None:
+    """The function calls its parameter `param` (`model(images)`), directly or
+    by handing it to another local function that does."""
+    for c in model.calls_in(fn):
+        if isinstance(c.node.func, cst.Name) and c.node.func.value == param:
+            return c
+    if depth >= 2:
+        return None
+    for c in model.calls_in(fn):
+        for a in c.node.args:
+            if isinstance(a.value, cst.Name) and a.value.value == param:
+                target = model.resolve_call(c)
+                if target is None:
+                    continue
+                p = param_for_arg(target[1], c, a)
+                if p and calls_param(target[0], target[1], p, depth + 1):
+                    return c
+    return None
+
+
+# -- collective events ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Event:
+    """A point in a function where the ranks must meet."""
+
+    site: CallSite                 # the call in this function
+    kinds: frozenset[str]          # collective kinds ("barrier", "all_reduce", "forward", ...)
+    worlds: frozenset[str]         # worlds reaching the call within its function
+    what: str                      # `dist.barrier()`, `model(...)` (DDP forward)
+    via: str | None = None         # for helper calls: what the helper does, and where
+
+
+def site_worlds(model: ScriptModel, site: CallSite) -> frozenset[str]:
+    fn = site.ctx.function
+    w = model.worlds(site.ctx)
+    return w & function_worlds(model, fn) if fn is not None else w
+
+
+def _label(site: CallSite) -> str:
+    return f"`{site.func}(...)`" if site.func else "this call"
+
+
+def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
+    """Collective events of `fn` (None: module level), in source order."""
+    memo = ("collective_events", id(fn))
+    if memo in model._memo:
+        return model._memo[memo]
+    model._memo[memo] = []   # in progress: recursion reads as "nothing"
+    events: list[Event] = []
+    for c in model.calls_in(fn):
+        worlds = site_worlds(model, c)
+        if not worlds & DISTRIBUTED:
+            continue
+        kind = collective_kind(model, c)
+        if kind is not None:
+            if not is_subgroup_call(c):
+                events.append(Event(c, frozenset({kind}), worlds, _label(c)))
+            continue
+        wrap = ddp_forward(model, c)
+        if wrap is not None:
+            events.append(Event(c, frozenset({"forward"}), worlds, f"`{c.func}(...)` (DDP forward)"))
+            continue
+        target = model.resolve_call(c)
+        if target is None or target[1] is fn:
+            continue
+        tmodel, tfn = target
+        where = _where(model, tmodel, tfn)
+        # the model handed to a local function that runs its forward
+        for a in c.node.args:
+            if a.star or holds_ddp(model, a.value, fn, c.ctx.order) is None:
+                continue
+            p = param_for_arg(tfn, c, a)
+            inner = calls_param(tmodel, tfn, p) if p else None
+            if inner is not None:
+                events.append(Event(c, frozenset({"forward"}), worlds, _label(c),
+                                    via=f"runs the DDP forward of `{dotted_name(a.value)}` "
+                                        f"(`{inner.func}(...)` in `{tfn.qualname}`{where})"))
+                break
+        else:
+            unguarded = [e for e in function_events(tmodel, tfn) if e.worlds & DISTRIBUTED == DISTRIBUTED]
+            if unguarded:
+                first = unguarded[0]
+                desc = first.what if first.via is None else f"{first.what}, which {first.via}"
+                events.append(Event(c, frozenset().union(*(e.kinds for e in unguarded)), worlds, _label(c),
+                                    via=f"calls {desc} in `{tfn.qualname}`{where}"))
+    model._memo[memo] = events
+    return events
+
+
+def _where(model: ScriptModel, tmodel: ScriptModel, tfn: FunctionInfo) -> str:
+    if tmodel is model:
+        return ""
+    return f", {tmodel.path.replace(chr(92), '/').rpartition('/')[2]}"
+
+
+def unbalanced(events: list[Event]) -> list[Event]:
+    """Events only some ranks reach, with no partner of the same kind reached
+    by the complementary ranks in the same function (`if rank != 0: barrier()`
+    ... `if rank == 0: barrier()` is balanced)."""
+    partial = sorted((e for e in events if only_some_ranks(e.worlds)), key=lambda e: e.site.ctx.order)
+    # one-to-one, in source order: each event pairs with the earliest unpaired
+    # event of the same kind reached by the complementary ranks
+    waiting: list[Event] = []
+    for e in partial:
+        side = e.worlds & DISTRIBUTED
+        partner = next((p for p in waiting if p.kinds & e.kinds and (p.worlds & DISTRIBUTED) != side), None)
+        if partner is not None:
+            waiting.remove(partner)
+        else:
+            waiting.append(e)
+    return waiting
+
+
+# -- "the process group already exists here" ---------------------------------------
+
+def implies_initialized(model: ScriptModel, expr: cst.BaseExpression, positive: bool, scope, depth: int = 0) -> bool:
+    """`expr` being `positive` means the default process group exists."""
+    if depth > 4:
+        return False
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        return implies_initialized(model, expr.expression, not positive, scope, depth + 1)
+    if isinstance(expr, cst.BooleanOperation):
+        left = lambda p: implies_initialized(model, expr.left, p, scope, depth + 1)  # noqa: E731
+        right = lambda p: implies_initialized(model, expr.right, p, scope, depth + 1)  # noqa: E731
+        if isinstance(expr.operator, cst.And):
+            return (left(True) or right(True)) if positive else (left(False) and right(False))
+        return (left(True) and right(True)) if positive else (left(False) or right(False))
+    if isinstance(expr, cst.Call):
+        if not positive:
+            return False
+        name = dotted_name(expr.func)
+        if name and model.imports.qualify(name).rpartition(".")[2] in INITIALIZED_PREDICATES:
+            return True
+        site = call_site(model, expr)
+        target = model.resolve_call(site) if site is not None else None
+        if target is not None and target[1].returns:
+            tmodel, tfn = target
+            return all(implies_initialized(tmodel, v, True, tfn, depth + 1) for v, _ in tfn.returns
+                       if not (isinstance(v, cst.Name) and v.value == "False"))
+        return False
+    if isinstance(expr, cst.Name) and expr.value not in ("True", "False"):
+        assigns = model.assignments(expr.value, scope)
+        return bool(assigns) and all(
+            a.value is not None and a.augmented is None
+            and implies_initialized(model, a.value, positive, a.ctx.function, depth + 1) for a in assigns
+        )
+    return False
+
+
+class _Protected(cst.CSTVisitor):
+    """Calls that only run once the group exists (by an expression-level
+    guard), or whose timing we cannot judge (try bodies, lambdas)."""
+
+    def __init__(self, model: ScriptModel) -> None:
+        self.model = model
+        self.depth = 0
+        self.found: set[int] = set()
+        self.scopes: list = [None]
+        self.fn_by_node = {id(f.node): f for f in model.functions}
+        self._pushed: list[bool] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self.depth:
+            self.found.add(id(node))
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(self.fn_by_node.get(id(node)))
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+
+    def _push(self, protect: bool) -> None:
+        self._pushed.append(protect)
+        self.depth += protect
+
+    def _pop(self) -> None:
+        self.depth -= self._pushed.pop()
+
+    def _implies(self, expr, positive) -> bool:
+        return implies_initialized(self.model, expr, positive, self.scopes[-1])
+
+    def visit_Try_body(self, node: cst.Try) -> None:
+        self._push(True)
+
+    def leave_Try_body(self, node: cst.Try) -> None:
+        self._pop()
+
+    def visit_Lambda_body(self, node: cst.Lambda) -> None:
+        self._push(True)
+
+    def leave_Lambda_body(self, node: cst.Lambda) -> None:
+        self._pop()
+
+    def visit_IfExp_body(self, node: cst.IfExp) -> None:
+        self._push(self._implies(node.test, True))
+
+    def leave_IfExp_body(self, node: cst.IfExp) -> None:
+        self._pop()
+
+    def visit_IfExp_orelse(self, node: cst.IfExp) -> None:
+        self._push(self._implies(node.test, False))
+
+    def leave_IfExp_orelse(self, node: cst.IfExp) -> None:
+        self._pop()
+
+    def visit_BooleanOperation_right(self, node: cst.BooleanOperation) -> None:
+        positive = isinstance(node.operator, cst.And)
+        self._push(self._implies(node.left, positive))
+
+    def leave_BooleanOperation_right(self, node: cst.BooleanOperation) -> None:
+        self._pop()
+
+
+def _protected(model: ScriptModel) -> set[int]:
+    memo = ("pg_protected",)
+    if memo not in model._memo:
+        v = _Protected(model)
+        model.module.visit(v)
+        model._memo[memo] = v.found
+    return model._memo[memo]
+
+
+def initialized_guarded(model: ScriptModel, site: CallSite) -> bool:
+    """The call only runs where the default process group already exists."""
+    for b in site.ctx.branches:
+        if implies_initialized(model, b.test, b.positive, b.function):
+            return True
+    return id(site.node) in _protected(model)
+
+
+__all__ = [
+    "COLLECTIVES", "collective_kind", "ddp_forward", "holds_ddp", "function_events", "unbalanced",
+    "needs_process_group", "initialized_guarded", "implies_initialized", "Event", "site_worlds",
+    "is_subgroup_call", "calls_param", "param_for_arg",
+]

@@ -1,0 +1,406 @@
+"""GPUs: where tensors and modules go, whether each rank picks its own GPU,
+which calls initialise CUDA, and which backend a process group uses.
+Helpers in the file or a local module are followed (an OpenCOOD-style
+`init_distributed_mode(args)` in utils.py that calls `torch.cuda.set_device`).
+
+Device expressions are classified as
+  "per_rank"  a GPU chosen per process: `f"cuda:{local_rank}"`,
+              `torch.device("cuda", args.gpu)`, `.cuda(args.gpu)`, `.to(local_rank)`
+  "fixed"     the same GPU on every rank: `"cuda"`, `torch.device("cuda")`,
+              `.cuda()`, `"cuda:0"` (the current device, GPU 0 unless set_device ran)
+"""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from ddpcheck.analysis.arguments import options
+from ddpcheck.analysis.distributed import init_calls, is_init_call
+from ddpcheck.analysis.guards import is_rank_expr
+from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.analysis.names import dotted_name
+
+PER_RANK = "per_rank"
+FIXED = "fixed"
+NOTHING: frozenset[str] = frozenset()
+
+# torch.cuda functions that initialise the CUDA driver (after which
+# CUDA_VISIBLE_DEVICES is no longer read). is_available() calls
+# cudaGetDeviceCount, which runs cuInit (unless PYTORCH_NVML_BASED_CUDA_CHECK=1).
+# device_count() asks NVML first and the seeding functions are deferred
+# (_lazy_call): neither initialises CUDA, so neither is listed.
+CUDA_INIT_FUNCS = {
+    "is_available", "set_device", "current_device", "get_device_name", "get_device_properties",
+    "get_device_capability", "synchronize", "mem_get_info", "init", "current_stream", "default_stream",
+    "Stream", "Event", "device", "get_rng_state", "get_rng_state_all", "is_bf16_supported",
+}
+# A helper we cannot see whose name says it selects the GPU.
+DEVICE_HELPER_NAME = re.compile(r"(set|setup|set_up|init|select|choose|assign)_?(cuda_?)?(device|gpu)", re.I)
+
+
+def _string(expr) -> str | None:
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _cuda_string_kind(text: str) -> str | None:
+    if text == "cuda":
+        return FIXED
+    if text.startswith("cuda:"):
+        return FIXED   # a literal ordinal is the same GPU on every rank
+    return None
+
+
+def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None,
+                 depth: int = 0, ordinal: bool = False) -> frozenset[str]:
+    """What CUDA device `expr` names. `ordinal`: an int means a CUDA ordinal
+    here (the argument of `.to(...)`, `.cuda(...)`, `torch.device("cuda", i)`)."""
+    if expr is None or depth > 4:
+        return NOTHING
+    s = _string(expr)
+    if s is not None:
+        k = _cuda_string_kind(s)
+        return frozenset({k}) if k else NOTHING
+    if isinstance(expr, cst.FormattedString):
+        head = "".join(p.value for p in expr.parts[:1] if isinstance(p, cst.FormattedStringText))
+        if head.startswith("cuda"):
+            return frozenset({PER_RANK}) if len(expr.parts) > 1 else frozenset({FIXED})
+        return NOTHING
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        left = _string(expr.left)
+        return frozenset({PER_RANK}) if left and left.startswith("cuda") else NOTHING
+    if isinstance(expr, cst.IfExp):
+        return (device_kinds(model, expr.body, scope, depth + 1, ordinal)
+                | device_kinds(model, expr.orelse, scope, depth + 1, ordinal))
+    if isinstance(expr, cst.Integer):
+        return frozenset({FIXED}) if ordinal else NOTHING
+    if isinstance(expr, cst.Call):
+        func = expr.func
+        if isinstance(func, cst.Attribute) and func.attr.value == "format":
+            base = _string(func.value)
+            return frozenset({PER_RANK}) if base and base.startswith("cuda") else NOTHING
+        q = model.qualify(func) or ""
+        if q == "torch.device":
+            args = [a for a in expr.args if not a.star]
+            first = args[0].value if args else None
+            kinds = device_kinds(model, first, scope, depth + 1)
+            if kinds and len(args) > 1:
+                index = args[1].value
+                return frozenset({FIXED}) if isinstance(index, cst.Integer) else frozenset({PER_RANK})
+            return kinds
+        if q in ("torch.cuda.current_device",):
+            return frozenset({FIXED})
+        if q == "int" and expr.args and ordinal:
+            return device_kinds(model, expr.args[0].value, scope, depth + 1, ordinal)
+        return NOTHING
+    if isinstance(expr, cst.Subscript) and ordinal:
+        return frozenset({PER_RANK}) if is_rank_expr(model, expr, scope) else NOTHING
+    key = dotted_name(expr)
+    if key is None:
+        return NOTHING
+    if ordinal and is_rank_expr(model, expr, scope):
+        return frozenset({PER_RANK})
+    assigns = model.assignments(key, scope)
+    if not assigns and "." in key:
+        # `args.device = torch.device("cuda", args.gpu)` set in another function
+        assigns = [a for a in model.assigns if a.key == key]
+    kinds = NOTHING
+    for a in assigns:
+        if a.value is not None and a.augmented is None:
+            kinds |= device_kinds(model, a.value, a.ctx.function, depth + 1, ordinal)
+    return kinds
+
+
+def placement(model: ScriptModel, site: CallSite) -> frozenset[str]:
+    """The CUDA device a call moves or creates something on: `.cuda(...)`,
+    `.to(device)`, `torch.zeros(..., device="cuda")`."""
+    memo = ("placement", id(site.node))
+    if memo in model._memo:
+        return model._memo[memo]
+    result = NOTHING
+    attr = site.attr
+    q = site.qual or ""
+    scope = site.ctx.function
+    if attr == "cuda" and site.receiver is not None and q != "torch.cuda":
+        dev = site.arg("device", 0)
+        result = frozenset({FIXED}) if dev is None else (device_kinds(model, dev, scope, ordinal=True) or frozenset({PER_RANK}))
+    elif attr == "to" and site.receiver is not None:
+        result = device_kinds(model, site.arg("device", 0), scope, ordinal=True)
+    elif site.has_keyword("device") and q != "torch.device":
+        result = device_kinds(model, site.arg("device"), scope, ordinal=True)
+    model._memo[memo] = result
+    return result
+
+
+def placements(model: ScriptModel) -> list[tuple[CallSite, frozenset[str]]]:
+    memo = ("placements",)
+    if memo not in model._memo:
+        model._memo[memo] = [(c, k) for c in model.calls if (k := placement(model, c))]
+    return model._memo[memo]
+
+
+# -- CUDA initialisation --------------------------------------------------------------
+
+def initialises_cuda(model: ScriptModel, site: CallSite) -> bool:
+    q = site.qual or ""
+    if q.startswith("torch.cuda.") and q.count(".") == 2 and q.rpartition(".")[2] in CUDA_INIT_FUNCS:
+        return True
+    return bool(placement(model, site))
+
+
+def function_cuda_init(model: ScriptModel, fn: FunctionInfo | None) -> CallSite | None:
+    """The first call in `fn` that initialises CUDA, itself or in a helper it calls."""
+    memo = ("cuda_init", id(fn))
+    if memo in model._memo:
+        return model._memo[memo]
+    model._memo[memo] = None
+    result = None
+    for c in model.calls_in(fn):
+        if initialises_cuda(model, c):
+            result = c
+            break
+        target = model.resolve_call(c)
+        if target is not None and target[1] is not fn and function_cuda_init(*target) is not None:
+            result = c
+            break
+    model._memo[memo] = result
+    return result
+
+
+# -- picking the GPU per rank ----------------------------------------------------------
+
+def sets_device_call(model: ScriptModel, site: CallSite) -> bool:
+    """`torch.cuda.set_device(...)`, `with torch.cuda.device(i):`,
+    `init_process_group(..., device_id=...)`, `torch.set_default_device(f"cuda:{rank}")`."""
+    q = site.qual or ""
+    if q in ("torch.cuda.set_device", "torch.cuda.device"):
+        return True
+    if q == "torch.set_default_device":
+        return PER_RANK in device_kinds(model, site.arg("device", 0), site.ctx.function, ordinal=True)
+    return is_init_call(model, site) and site.has_keyword("device_id")
+
+
+def function_sets_device(model: ScriptModel, fn: FunctionInfo | None) -> bool:
+    memo = ("sets_device", id(fn))
+    if memo in model._memo:
+        return model._memo[memo]
+    model._memo[memo] = False
+    result = False
+    for c in model.calls_in(fn):
+        if sets_device_call(model, c):
+            result = True
+            break
+        target = model.resolve_call(c)
+        if target is not None and target[1] is not fn and function_sets_device(*target):
+            result = True
+            break
+    model._memo[memo] = result
+    return result
+
+
+def script_sets_device(model: ScriptModel) -> bool | None:
+    """True: the script (or a local helper it calls) selects the GPU per
+    process. False: certainly not. None: it may, in code we cannot see (a
+    process group started by an unresolvable helper, a `setup_device(...)`
+    from a package)."""
+    memo = ("script_sets_device",)
+    if memo in model._memo:
+        return model._memo[memo]
+    result: bool | None = False
+    if any(sets_device_call(model, c) for c in model.calls):
+        result = True
+    else:
+        for m, fn, _ in model.callees(model.calls, depth=4):
+            if any(sets_device_call(m, c) for c in m.calls_in(fn)):
+                result = True
+                break
+    if result is False:
+        for c in model.calls:
+            if is_init_call(model, c) or model.resolve_call(c) is not None:
+                continue
+            if c in init_calls(model) or (c.attr and DEVICE_HELPER_NAME.search(c.attr)):
+                result = None
+                break
+    model._memo[memo] = result
+    return result
+
+
+# -- process group backends --------------------------------------------------------------
+
+def _strings(model: ScriptModel, expr, scope, depth: int = 0) -> frozenset[str] | None:
+    """Literal strings an expression can hold; None when unknown."""
+    if expr is None or depth > 4:
+        return None
+    s = _string(expr)
+    if s is not None:
+        return frozenset({s.lower()})
+    if isinstance(expr, cst.IfExp):
+        a = _strings(model, expr.body, scope, depth + 1)
+        b = _strings(model, expr.orelse, scope, depth + 1)
+        return None if a is None or b is None else a | b
+    d = dotted_name(expr)
+    if d is None:
+        return None
+    q = model.imports.qualify(d)
+    if q.startswith("torch.distributed.") and ".Backend." in q:
+        return frozenset({q.rpartition(".")[2].lower()})
+    assigns = model.assignments(d, scope)
+    if not assigns and "." in d:
+        assigns = [a for a in model.assigns if a.key == d]
+    if not assigns and scope is not None and d in scope.params:
+        # `def init_dist(backend="nccl")`: the default (callers passing another value are not followed)
+        for p in (*scope.node.params.params, *scope.node.params.kwonly_params):
+            if p.name.value == d and p.default is not None:
+                return _strings(model, p.default, None, depth + 1)
+        return None
+    if assigns:
+        out: frozenset[str] = frozenset()
+        for a in assigns:
+            v = _strings(model, a.value, a.ctx.function, depth + 1) if a.augmented is None else None
+            if v is None:
+                return None
+            out |= v
+        return out
+    if "." in d:
+        dest = d.rpartition(".")[2]
+        for opt in options(model):
+            if opt.dest == dest:
+                default = _string(opt.default)
+                return frozenset({default.lower()}) if default else None
+    return None
+
+
+def backends(model: ScriptModel, site: CallSite) -> frozenset[str] | None:
+    """Backends a direct init_process_group call may use ("default" when
+    none is given: torch>=2 then uses NCCL for CUDA tensors); None: unknown."""
+    arg = site.arg("backend", 0)
+    if arg is None:
+        return frozenset({"default"})
+    return _strings(model, arg, site.ctx.function)
+
+
+def init_sites(model: ScriptModel, call: CallSite, depth: int = 0) -> list[tuple[ScriptModel, CallSite]]:
+    """The init_process_group calls a call in this file leads to (itself, or
+    inside the helper it calls)."""
+    if is_init_call(model, call):
+        return [(model, call)]
+    if depth > 3:
+        return []
+    target = model.resolve_call(call)
+    if target is None:
+        return []
+    tmodel, fn = target
+    out = []
+    for c in tmodel.calls_in(fn):
+        out.extend(init_sites(tmodel, c, depth + 1))
+    return out
+
+
+def uses_nccl(bk: frozenset[str] | None) -> bool:
+    return bk is not None and any("nccl" in b or b == "default" for b in bk)
+
+
+def only_cpu_backends(bk: frozenset[str] | None) -> bool:
+    return bk is not None and all(b in ("gloo", "mpi") for b in bk)
+
+
+__all__ = [
+    "device_kinds", "placement", "placements", "initialises_cuda", "function_cuda_init",
+    "sets_device_call", "function_sets_device", "script_sets_device", "backends", "init_sites",
+    "uses_nccl", "only_cpu_backends", "PER_RANK", "FIXED",
+]
+
+
+# -- summaries the GPU rules share -------------------------------------------------------
+
+def nccl_init_calls(model: ScriptModel) -> list[CallSite] | None:
+    """Calls in this file that start an NCCL (or default-backend) process
+    group, directly or through a local helper. None when a group may be
+    started by code we cannot see."""
+    memo = ("nccl_init_calls",)
+    if memo in model._memo:
+        return model._memo[memo]
+    result: list[CallSite] | None = []
+    for c in init_calls(model):
+        sites = init_sites(model, c)
+        if not sites:
+            result = None   # an unresolvable helper named like an init
+            break
+        if any(uses_nccl(backends(m, s)) for m, s in sites):
+            result.append(c)
+    model._memo[memo] = result
+    return result
+
+
+def all_ranks_on_one_gpu(model: ScriptModel) -> tuple[CallSite, CallSite] | None:
+    """(the NCCL init call, the first fixed-device placement) when the script
+    starts an NCCL group, never selects a GPU per process (no set_device, no
+    `device_id=`, no per-rank device anywhere, no CUDA_VISIBLE_DEVICES of its
+    own) and still puts tensors or the model on a bare "cuda" / `.cuda()`."""
+    memo = ("all_ranks_on_one_gpu",)
+    if memo in model._memo:
+        return model._memo[memo]
+    from ddpcheck.analysis.env import env_writes
+    from ddpcheck.analysis.worlds import DISTRIBUTED
+
+    result = None
+    nccl = nccl_init_calls(model)
+    if nccl and script_sets_device(model) is False and not env_writes(model, "CUDA_VISIBLE_DEVICES"):
+        placed = placements(model)
+        if not any(PER_RANK in kinds for _, kinds in placed):
+            fixed = [c for c, kinds in placed if FIXED in kinds and model.worlds(c.ctx) & DISTRIBUTED]
+            if fixed:
+                result = (nccl[0], fixed[0])
+    model._memo[memo] = result
+    return result
+
+
+_MODULE_CHAIN = {"float", "half", "bfloat16", "double", "train", "eval", "requires_grad_"}
+
+
+def module_device(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None,
+                  before: int, class_name: str | None = None, depth: int = 0) -> frozenset[str]:
+    """Where the module `expr` was put before source position `before`:
+    `DDP(model.cuda())`, `model = model.to(device)`, an in-place
+    `model.cuda(args.gpu)`, a local `build_model()` that returns `net.cuda()`."""
+    if expr is None or depth > 4:
+        return NOTHING
+    if isinstance(expr, cst.Call):
+        site = model.site_of.get(id(expr))
+        if site is None:
+            return NOTHING
+        p = placement(model, site)
+        if p:
+            return p
+        if site.attr in _MODULE_CHAIN and site.receiver is not None:
+            return module_device(model, site.receiver, scope, before, class_name, depth + 1)
+        target = model.resolve_call(site)
+        kinds = NOTHING
+        if target is not None:
+            tmodel, fn = target
+            for value, ctx in fn.returns:
+                kinds |= module_device(tmodel, value, fn, ctx.order, fn.class_name, depth + 1)
+        return kinds
+    key = dotted_name(expr)
+    if key is None:
+        return NOTHING
+    kinds = NOTHING
+    for c in model.calls:
+        if c.attr not in ("cuda", "to") or c.receiver is None or dotted_name(c.receiver) != key:
+            continue
+        same_scope = c.ctx.function is scope and c.ctx.order < before
+        same_class = key.startswith("self.") and class_name is not None and c.ctx.class_name == class_name
+        if same_scope or same_class:
+            kinds |= placement(model, c)
+    for a in model.assignments(key, scope):
+        if a.value is None or a.augmented is not None:
+            continue
+        if a.ctx.function is scope and a.ctx.order >= before and not key.startswith("self."):
+            continue
+        if isinstance(a.value, cst.Call) or dotted_name(a.value) not in (None, key):
+            kinds |= module_device(model, a.value, a.ctx.function, a.ctx.order, class_name, depth + 1)
+    return kinds

@@ -1,0 +1,131 @@
+"""Environment variables a script reads and writes (`os.environ["LOCAL_RANK"]`,
+`os.environ.get("LOCAL_RANK", -1)`, `os.getenv`, `"RANK" in os.environ`;
+`os.environ["CUDA_VISIBLE_DEVICES"] = ...`, `os.environ.setdefault/update`,
+`os.putenv`), however `os` / `environ` were imported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from ddpcheck.analysis.model import Ctx, FunctionInfo, ScriptModel
+from ddpcheck.analysis.names import dotted_name
+
+
+def _string(expr) -> str | None:
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
+def _is_environ(model: ScriptModel, expr: cst.BaseExpression) -> bool:
+    d = dotted_name(expr)
+    return bool(d) and model.imports.qualify(d) == "os.environ"
+
+
+def _subscript_key(model: ScriptModel, node: cst.Subscript) -> str | None:
+    if not _is_environ(model, node.value) or len(node.slice) != 1:
+        return None
+    idx = node.slice[0].slice
+    return _string(idx.value) if isinstance(idx, cst.Index) else None
+
+
+_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
+
+
+class _Reads(cst.CSTVisitor):
+    def __init__(self, model: ScriptModel) -> None:
+        self.model = model
+        self.fn_by_node = {id(f.node): f for f in model.functions}
+        self.scopes: list[FunctionInfo | None] = [None]
+        self.targets: set[int] = set()
+        self.reads: dict[str, list[FunctionInfo | None]] = {}
+
+    def _add(self, name: str | None) -> None:
+        if name:
+            self.reads.setdefault(name, []).append(self.scopes[-1])
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.append(self.fn_by_node.get(id(node)))
+
+    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
+        self.scopes.pop()
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        self.targets.add(id(node.target))
+
+    def visit_Del(self, node: cst.Del) -> None:
+        self.targets.add(id(node.target))
+
+    def visit_Subscript(self, node: cst.Subscript) -> None:
+        if id(node) not in self.targets:
+            self._add(_subscript_key(self.model, node))
+
+    def visit_Call(self, node: cst.Call) -> None:
+        d = dotted_name(node.func)
+        if d and self.model.imports.qualify(d) in _READ_CALLS and node.args:
+            self._add(_string(node.args[0].value))
+
+    def visit_Comparison(self, node: cst.Comparison) -> None:
+        for target in node.comparisons:
+            if isinstance(target.operator, (cst.In, cst.NotIn)) and _is_environ(self.model, target.comparator):
+                self._add(_string(node.left))
+
+
+def env_reads(model: ScriptModel) -> dict[str, list[FunctionInfo | None]]:
+    """Variable name -> the functions (None: module level) that read it."""
+    memo = ("env_reads",)
+    if memo not in model._memo:
+        v = _Reads(model)
+        model.module.visit(v)
+        model._memo[memo] = v.reads
+    return model._memo[memo]
+
+
+def reads_env(model: ScriptModel, name: str, fn: FunctionInfo | None = None, anywhere: bool = False) -> bool:
+    readers = env_reads(model).get(name, [])
+    return bool(readers) if anywhere else any(r is fn for r in readers)
+
+
+@dataclass(frozen=True)
+class EnvWrite:
+    name: str
+    node: cst.CSTNode      # the statement or call to report
+    ctx: Ctx
+    how: str               # "assignment", "setdefault", "update", "putenv"
+
+
+def env_writes(model: ScriptModel, name: str) -> list[EnvWrite]:
+    memo = ("env_writes", name)
+    if memo in model._memo:
+        return model._memo[memo]
+    found = []
+    for a in model.assigns:
+        base, sep, rest = a.key.partition("[")
+        if sep and rest == f"{name!r}]" and model.imports.qualify(base) == "os.environ" and a.augmented is None:
+            found.append(EnvWrite(name, a.node, a.ctx, "assignment"))
+    for c in model.calls:
+        q = c.qual or ""
+        if q in ("os.environ.setdefault", "os.putenv") and c.node.args and _string(c.node.args[0].value) == name:
+            found.append(EnvWrite(name, c.node, c.ctx, q.rpartition(".")[2]))
+        elif q == "os.environ.update" and _update_sets(c.node, name):
+            found.append(EnvWrite(name, c.node, c.ctx, "update"))
+    found.sort(key=lambda w: w.ctx.order)
+    model._memo[memo] = found
+    return found
+
+
+def _update_sets(node: cst.Call, name: str) -> bool:
+    for a in node.args:
+        if a.keyword is not None and a.keyword.value == name:
+            return True
+        if a.keyword is None and isinstance(a.value, cst.Dict):
+            for el in a.value.elements:
+                if isinstance(el, cst.DictElement) and _string(el.key) == name:
+                    return True
+    return False
+
+
+__all__ = ["env_reads", "reads_env", "env_writes", "EnvWrite"]

@@ -1,0 +1,66 @@
+"""DDP401 collective-in-rank-branch."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ddpcheck.analysis.collectives import Event, function_events, unbalanced
+from ddpcheck.analysis.guards import condition_of, function_worlds
+from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.analysis.worlds import ALL, DISTRIBUTED, describe
+from ddpcheck.findings import Severity
+from ddpcheck.rules.base import Hit, Rule, register
+
+
+def _guard(model: ScriptModel, event: Event) -> str:
+    """The `if` that keeps some ranks out, as written."""
+    for b in event.site.ctx.branches:
+        cond = condition_of(model, b.test, b.function)
+        arm = cond.true_branch if b.positive else cond.false_branch
+        if len(arm & DISTRIBUTED) == 1:
+            test = model.module.code_for_node(b.test).strip()
+            return f"inside `if {test}:`" if b.positive else f"past `if {test}:` (its else branch or after its early exit)"
+    fn = event.site.ctx.function
+    if fn is not None and function_worlds(model, fn) != ALL:
+        return f"`{fn.name}` is decorated to run on rank 0 only"
+    return "behind a rank test"
+
+
+@register
+class CollectiveInRankBranch(Rule):
+    code = "DDP401"
+    name = "collective-in-rank-branch"
+    severity = Severity.ERROR
+    message = "a collective is reached by only some ranks: the others never join it and the job hangs"
+    fix = ("call it on every rank (move it out of the rank test), or pair it: `if rank != 0: dist.barrier()` "
+           "before the rank-0 work and `if rank == 0: dist.barrier()` after it")
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        for fn in [None, *model.functions]:
+            for event in unbalanced(function_events(model, fn)):
+                yield self._hit(model, event)
+
+    def _hit(self, model: ScriptModel, e: Event) -> Hit:
+        who = describe(e.worlds)
+        guard = _guard(model, e)
+        if "forward" in e.kinds and e.via is None:
+            return Hit(e.site.node, message=(
+                f"{e.what} runs on {who} ({guard}): with broadcast_buffers=True (the default) DDP broadcasts "
+                "the module's buffers from rank 0 at the start of every forward, a collective the other ranks "
+                "never join, so the job hangs (or desynchronises with their next forward)"
+            ), fix=("evaluate the unwrapped model there (`model.module(x)` / `model_without_ddp`), or run the "
+                    "evaluation on every rank and reduce the metrics"))
+        if e.via is not None:
+            forward = "forward" in e.kinds and e.via.startswith("runs the DDP forward")
+            return Hit(e.site.node, message=(
+                f"{e.what} runs on {who} ({guard}), but it {e.via}: "
+                + ("DDP broadcasts buffers in forward, " if forward else "that is a collective ")
+                + "every rank must join it, and the ranks that skip this call never do, so the job hangs"
+            ), fix=("call it on every rank, or pass the unwrapped model (`model.module`) / make the helper skip "
+                    "its collectives when only one rank runs it"))
+        kinds = ", ".join(sorted(e.kinds))
+        return Hit(e.site.node, message=(
+            f"{e.what} is a collective ({kinds}) that every rank must call, but it is reached by {who} "
+            f"({guard}): the ranks that skip it never join, the ones that call it wait for them "
+            "forever, and the job hangs until the NCCL timeout"
+        ))

@@ -1,0 +1,36 @@
+"""DDP402 missing-destroy."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ddpcheck.analysis.distributed import is_init_call, script_destroys
+from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.analysis.reach import script_reaches
+from ddpcheck.findings import Severity
+from ddpcheck.rules.base import Hit, Rule, register
+
+
+@register
+class MissingDestroy(Rule):
+    code = "DDP402"
+    name = "missing-destroy"
+    severity = Severity.INFO
+    message = (
+        "the process group started here is never destroyed: PyTorch warns about it at exit, pending NCCL "
+        "operations are not waited for, and a rank that exits first can block the others"
+    )
+    fix = ("call `dist.destroy_process_group()` once training is done (every rank; e.g. a `cleanup()` at "
+           "the end of `main()`, or in a `finally:`)")
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        inits = [c for c in model.calls if is_init_call(model, c) and script_reaches(model, c.ctx.function)]
+        if not inits or script_destroys(model) is not False:
+            return
+        for site in inits:
+            yield Hit(site.node, message=(
+                f"`{site.func}(...)` starts a process group that this script never destroys "
+                "(no `destroy_process_group()` here or in a helper it calls): since PyTorch 2.4 every rank "
+                "prints a warning about it at exit, pending NCCL operations are not waited for, and in rare "
+                "cases a rank that exits first blocks the others' progress"
+            ))

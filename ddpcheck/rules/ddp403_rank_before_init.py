@@ -1,0 +1,107 @@
+"""DDP403 rank-before-init."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+from ddpcheck.analysis.collectives import initialized_guarded, needs_process_group
+from ddpcheck.analysis.distributed import function_inits, init_calls, is_init_call
+from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.analysis.positions import where
+from ddpcheck.analysis.values import exclusive
+from ddpcheck.findings import Severity
+from ddpcheck.rules.base import Hit, Rule, register
+
+
+@dataclass(frozen=True)
+class _Step:
+    kind: str            # "init", "maybe-init" (a helper we cannot see, named like one), "query"
+    site: CallSite       # the call in this function
+    what: str            # for queries: the torch call that needs the group, and where
+
+
+def _pre_init_query(model: ScriptModel, fn: FunctionInfo) -> str | None:
+    """What `fn` calls that needs a process group before it starts one itself
+    (None: nothing, or only behind `is_initialized()` checks)."""
+    memo = ("pre_init_query", id(fn))
+    if memo in model._memo:
+        return model._memo[memo]
+    model._memo[memo] = None
+    result = None
+    for step in _steps(model, fn):
+        if step.kind != "query":
+            break
+        result = step.what
+        break
+    model._memo[memo] = result
+    return result
+
+
+def _steps(model: ScriptModel, fn: FunctionInfo | None) -> list[_Step]:
+    memo = ("pg_steps", id(fn))
+    if memo in model._memo:
+        return model._memo[memo]
+    model._memo[memo] = []
+    steps = []
+    for c in model.calls_in(fn):
+        if is_init_call(model, c):
+            steps.append(_Step("init", c, ""))
+            continue
+        if needs_process_group(model, c):
+            if not initialized_guarded(model, c):
+                steps.append(_Step("query", c, f"`{c.func}(...)`"))
+            continue
+        target = model.resolve_call(c)
+        if target is not None:
+            tmodel, tfn = target
+            if tfn is fn:
+                continue
+            inits = function_inits(tmodel, tfn)
+            inner = _pre_init_query(tmodel, tfn)
+            if inner is not None and not inits and not initialized_guarded(model, c):
+                # a query helper (`get_rank()` without an is_initialized check); a helper that
+                # queries and then inits is reported inside itself
+                loc = "" if tmodel is model else f" ({where(tmodel, tfn.node, model).split(':')[0]})"
+                steps.append(_Step("query", c, f"`{c.func}(...)`, which calls {inner} in `{tfn.qualname}`{loc},"))
+            elif inits:
+                steps.append(_Step("init", c, ""))
+        elif c in init_calls(model):
+            steps.append(_Step("maybe-init", c, ""))
+    model._memo[memo] = steps
+    return steps
+
+
+@register
+class RankBeforeInit(Rule):
+    code = "DDP403"
+    name = "rank-before-init"
+    severity = Severity.ERROR
+    message = ("this needs the default process group, but it runs before init_process_group: it raises "
+               "\"Default process group has not been initialized\"")
+    fix = ("start the process group first (`dist.init_process_group(...)` or your `init_distributed_mode(args)`), "
+           "or read the rank from the launcher's environment before that: `int(os.environ[\"RANK\"])`, "
+           "`int(os.environ[\"WORLD_SIZE\"])`")
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        for fn in [None, *model.functions]:
+            steps = _steps(model, fn)
+            inits = [s for s in steps if s.kind != "query"]
+            if not any(s.kind == "init" for s in inits):
+                continue
+            for q in steps:
+                if q.kind != "query":
+                    continue
+                order = q.site.ctx.order
+                if any(i.site.ctx.order < order and not exclusive(i.site.ctx, q.site.ctx) for i in inits):
+                    continue   # a group was (or may have been) started before
+                later = [i for i in inits if i.kind == "init" and i.site.ctx.order > order
+                         and not exclusive(i.site.ctx, q.site.ctx)]
+                if not later:
+                    continue
+                init = later[0].site
+                yield Hit(q.site.node, message=(
+                    f"{q.what} needs the default process group, but it runs before `{init.func}(...)` "
+                    f"({where(model, init.node)}) starts it: torch raises \"Default process group has not been "
+                    "initialized, please make sure to call init_process_group\" on every rank"
+                ))

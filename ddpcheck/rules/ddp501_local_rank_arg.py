@@ -1,0 +1,74 @@
+"""DDP501 local-rank-arg."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ddpcheck.analysis.arguments import options
+from ddpcheck.analysis.env import env_reads
+from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.findings import Severity
+from ddpcheck.rules.base import Hit, Rule, register
+
+_SPAWNERS = {"spawn", "start_processes", "Process"}
+
+
+def starts_own_workers(model: ScriptModel) -> bool:
+    """`mp.spawn(main_worker, ...)` / `multiprocessing.Process(target=...)`:
+    the script launches its workers itself and hands them their rank."""
+    for c in model.calls:
+        q = c.qual or ""
+        module, _, last = q.rpartition(".")
+        if last in _SPAWNERS and (module in ("torch.multiprocessing", "multiprocessing")
+                                  or module.startswith("multiprocessing.") or module.startswith("torch.multiprocessing.")):
+            return True
+        if last == "get_context" and module in ("torch.multiprocessing", "multiprocessing"):
+            return True
+    return False
+
+
+def reads_local_rank_env(model: ScriptModel) -> bool:
+    """LOCAL_RANK is read from the environment in the script or in a local
+    helper it calls (OpenCOOD's `init_distributed_mode(args)`)."""
+    if "LOCAL_RANK" in env_reads(model):
+        return True
+    for m, fn, _ in model.callees(model.calls, depth=4):
+        if any(r is fn for r in env_reads(m).get("LOCAL_RANK", [])):
+            return True
+    return False
+
+
+def _uses_deepspeed(model: ScriptModel) -> bool:
+    return any(v == "deepspeed" or v.startswith("deepspeed.") for v in model.imports.aliases.values())
+
+
+@register
+class LocalRankArg(Rule):
+    code = "DDP501"
+    name = "local-rank-arg"
+    severity = Severity.ERROR
+    message = (
+        "the script only accepts `--local_rank`: torch>=2.0's `torch.distributed.launch` passes "
+        "`--local-rank=N` (argparse exits with \"unrecognized arguments\") and torchrun passes nothing, "
+        "so the local rank keeps its default on every process"
+    )
+    fix = ("read the launcher's environment: `local_rank = int(os.environ.get(\"LOCAL_RANK\", 0))` (torchrun sets it); "
+           "to stay compatible with `torch.distributed.launch`, accept both spellings: "
+           "`parser.add_argument(\"--local-rank\", \"--local_rank\", type=int, default=int(os.environ.get(\"LOCAL_RANK\", -1)))`")
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        opts = options(model)
+        underscore = [o for o in opts if "--local_rank" in o.flags]
+        if not underscore or any("--local-rank" in o.flags for o in opts):
+            return
+        if starts_own_workers(model) or _uses_deepspeed(model) or reads_local_rank_env(model):
+            return
+        for o in underscore:
+            default = model.module.code_for_node(o.default).strip() if o.default is not None else "None"
+            yield Hit(o.site.node, message=(
+                f"`--local_rank` is the only spelling accepted here and nothing reads LOCAL_RANK from the "
+                f"environment: torch>=2.0's `torch.distributed.launch` passes `--local-rank=N`, which argparse "
+                f"rejects (\"unrecognized arguments: --local-rank=0\"), and torchrun passes no argument at all, "
+                f"so `args.{o.dest}` stays `{default}` on every process (every rank picks the same GPU, or the "
+                f"script does not even go distributed)"
+            ))
