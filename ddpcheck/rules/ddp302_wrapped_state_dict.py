@@ -9,6 +9,7 @@ import libcst as cst
 
 from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.values import wraps
 from ddpcheck.analysis.wrappers import wrapper_held
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
@@ -28,16 +29,17 @@ def _helper_saves(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
         return model._memo[memo]
     model._memo[memo] = False
     result = False
-    if not STRIPS_PREFIX.search(model.module.code_for_node(fn.node)):
-        for c in model.calls_in(fn):
-            if c.qual in TORCH_SAVE:
+    for c in model.calls_in(fn):
+        if c.qual in TORCH_SAVE:
+            result = True
+            break
+        if depth < 2:
+            target = model.resolve_call(c)
+            if target is not None and _helper_saves(target[0], target[1], depth + 1):
                 result = True
                 break
-            if depth < 2:
-                target = model.resolve_call(c)
-                if target is not None and _helper_saves(target[0], target[1], depth + 1):
-                    result = True
-                    break
+    if result and STRIPS_PREFIX.search(model.module.code_for_node(fn.node)):
+        result = False
     model._memo[memo] = result
     return result
 
@@ -105,6 +107,10 @@ class WrappedStateDict(Rule):
     fix = "save `model.module.state_dict()` (keep `model_without_ddp = model.module` after wrapping)"
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
+        wrapped = {w.key for w in wraps(model) if w.key}
+        if not any(c.attr == "state_dict" and c.receiver is not None and dotted_name(c.receiver) in wrapped
+                   for c in model.calls):
+            return
         reported: set[int] = set()
         for sink in model.calls:
             if not is_save_sink(model, sink):

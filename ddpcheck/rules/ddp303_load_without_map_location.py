@@ -50,13 +50,11 @@ class LoadWithoutMapLocation(Rule):
            '`map_location=f"cuda:{local_rank}"`')
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
-        if not runs_distributed(model) or not uses_cuda(model):
+        loads = [s for s in model.calls if s.qual in TORCH_LOAD
+                 and not s.has_star_args and s.arg("map_location", 1) is None]
+        if not loads or not runs_distributed(model) or not uses_cuda(model):
             return
-        for site in model.calls:
-            if site.qual not in TORCH_LOAD:
-                continue
-            if site.has_star_args or site.arg("map_location", 1) is not None:
-                continue
+        for site in loads:
             if not other_ranks_reach(model, site.ctx):
                 continue   # only rank 0 (whose GPU is cuda:0) or only a single process loads
             what = model.module.code_for_node(site.arg("f", 0)) if site.arg("f", 0) is not None else "..."

@@ -36,13 +36,13 @@ def world_tokens(model: ScriptModel) -> set[str]:
     if memo in model._memo:
         return model._memo[memo]
     tokens: set[str] = set()
+    texts = [(a.key, _code(model, a.value)) for a in model.assigns
+             if a.value is not None and not WORLD.search(a.key)]
     for _ in range(3):
         grown = False
-        for a in model.assigns:
-            if a.value is None or a.key in tokens or WORLD.search(a.key):
-                continue
-            if _world(model, _code(model, a.value), tokens):
-                tokens.add(a.key)
+        for key, text in texts:
+            if key not in tokens and _world(model, text, tokens):
+                tokens.add(key)
                 grown = True
         if not grown:
             break
@@ -164,6 +164,9 @@ class LrNotScaled(Rule):
            "batch fixed by dividing the per-GPU batch by the world size")
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
+        optimizers = list(_optimizers(model))
+        if not optimizers:
+            return
         train = [l for l in loaders(model) if l.samplers and l.batch_size is not None
                  and not is_eval_loader(model, l)]
         if not train or any(_divided(model, l.batch_size, l) for l in train):
@@ -175,7 +178,7 @@ class LrNotScaled(Rule):
         loader = plain[0]
         if lr_scaled(model):
             return
-        for opt, lr in _optimizers(model):
+        for opt, lr in optimizers:
             if not (model.worlds(opt.ctx) & {D0, DN}):
                 continue
             if not _plain(model, lr, opt.ctx.function):
