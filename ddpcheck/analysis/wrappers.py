@@ -48,18 +48,23 @@ def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
         before = [a for a in local if a.ctx.order < ctx.order and not exclusive(a.ctx, ctx)]
     else:
         before = list(assigns)   # a module-level name read inside a function
-    if not before:
-        return None
-    last = max(before, key=lambda a: a.ctx.order)
-    if last.value is None:
-        return None
-    held = [s for s in _direct_values(last.value)]
-    w = next((c for c in candidates if any(v is c.site.node for v in held)), None)
-    if w is None:
-        return None   # the latest assignment is not a wrap (`model = model.module`, a new model)
-    if not (model.worlds(w.site.ctx) & here) or _opposite_arms(model, w.site.ctx, ctx):
-        return None
-    return w
+    # the assignments that can reach `ctx`: the latest one, and the ones in the
+    # other arms of the `if`s it sits in (`if dist: model = DDP(model) else: model = model.cuda()`)
+    reaching: list = []
+    for a in sorted(before, key=lambda a: -a.ctx.order):
+        if reaching and not all(exclusive(a.ctx, r.ctx) for r in reaching):
+            break
+        reaching.append(a)
+    held = []
+    for a in reaching:
+        if a.value is None:
+            continue
+        values = list(_direct_values(a.value))
+        held += [c for c in candidates if any(v is c.site.node for v in values)]
+    held = [w for w in held if model.worlds(w.site.ctx) & here and not _opposite_arms(model, w.site.ctx, ctx)]
+    if not held:
+        return None   # no reaching assignment is a wrap (`model = model.module`, a new model)
+    return next((w for w in held if w.kind == "DistributedDataParallel"), held[0])
 
 
 def _opposite_arms(model: ScriptModel, a: Ctx, b: Ctx) -> bool:

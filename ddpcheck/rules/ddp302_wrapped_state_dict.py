@@ -128,8 +128,10 @@ class WrappedStateDict(Rule):
                 if w is None:
                     continue
                 reported.add(id(sd.node))
+                kinds = {x.kind for x in wraps(model) if x.key == key}
+                kind = "DistributedDataParallel or DataParallel" if len(kinds) > 1 else w.kind
                 yield Hit(sd.node, message=(
-                    f"`{key}.state_dict()` is saved while `{key}` holds the {w.kind} wrapper: every key is "
+                    f"`{key}.state_dict()` is saved while `{key}` holds the {kind} wrapper: every key is "
                     f"prefixed with `module.` (`module.conv1.weight`), so the checkpoint does not load into an "
                     "unwrapped model (single-GPU evaluation, export, fine-tuning) without renaming its keys, "
                     "and loading it back needs the same wrapper"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 import libcst as cst
@@ -9,6 +10,7 @@ import libcst as cst
 from ddpcheck.analysis.distributed import runs_distributed
 from ddpcheck.analysis.model import ScriptModel
 from ddpcheck.analysis.reach import other_ranks_reach
+from ddpcheck.analysis.values import exclusive
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -39,6 +41,58 @@ def uses_cuda(model: ScriptModel) -> bool:
     return result
 
 
+WEIGHTS = re.compile(
+    r"ckpt|checkpoint|resume|pretrain|weight|snapshot|state|model|best|last|latest|teacher|student|ema"
+    r"|backbone|encoder|decoder|generator|discriminator|net\b|\.pth|\.tar|\.bin|\.safetensors", re.I)
+
+
+def _looks_like_weights(model: ScriptModel, site) -> bool:
+    """The load is a checkpoint or weights (what a GPU run saves from cuda:0),
+    not a data file (`features = torch.load(cached_features_file)`): it feeds
+    `load_state_dict`, or the path, the name it is stored in or the function it
+    is in says so."""
+    stmt = site.stmt
+    if any(c.attr == "load_state_dict" and c.stmt is stmt for c in model.calls_in(site.ctx.function)):
+        return True
+    first = site.arg("f", 0)
+    texts = [model.module.code_for_node(first)] if first is not None else []
+    keys = [a.key for a in model.assigns_in(site.ctx.function) if a.value is not None and any(v is site.node for v in _values(a.value))]
+    texts += keys
+    if site.ctx.function is not None:
+        texts.append(site.ctx.function.name)
+    if any(WEIGHTS.search(t) for t in texts):
+        return True
+    for key in keys:   # `sd = torch.load(p)` ... `model.load_state_dict(sd)`
+        for c in model.calls_in(site.ctx.function):
+            if c.attr == "load_state_dict" and any(
+                    re.match(re.escape(key) + r"\b", model.module.code_for_node(a.value)) for a in c.node.args):
+                return True
+    return False
+
+
+def _values(expr) -> list:
+    """The expression and the calls it is made of (`torch.load(p)["model"]`)."""
+    out = [expr]
+    while isinstance(expr, (cst.Subscript, cst.Attribute)) or (
+            isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)):
+        expr = expr.value if not isinstance(expr, cst.Call) else expr.func.value
+        out.append(expr)
+    return out
+
+
+def _mapped_in_other_arm(model: ScriptModel, site, mapped) -> bool:
+    """`if args.gpu is None: ckpt = torch.load(p) else: ckpt = torch.load(p, map_location=loc)`
+    (the ImageNet example): the author maps where the process owns one GPU and
+    chose not to in the other arm."""
+    first = site.arg("f", 0)
+    text = model.module.code_for_node(first) if first is not None else None
+    for m in mapped:
+        other = m.arg("f", 0)
+        if exclusive(site.ctx, m.ctx) and other is not None and model.module.code_for_node(other) == text:
+            return True
+    return False
+
+
 @register
 class LoadWithoutMapLocation(Rule):
     code = "DDP303"
@@ -54,9 +108,12 @@ class LoadWithoutMapLocation(Rule):
                  and not s.has_star_args and s.arg("map_location", 1) is None]
         if not loads or not runs_distributed(model) or not uses_cuda(model):
             return
+        mapped = [s for s in model.calls if s.qual in TORCH_LOAD and s.arg("map_location", 1) is not None]
         for site in loads:
             if not other_ranks_reach(model, site.ctx):
                 continue   # only rank 0 (whose GPU is cuda:0) or only a single process loads
+            if _mapped_in_other_arm(model, site, mapped) or not _looks_like_weights(model, site):
+                continue
             what = model.module.code_for_node(site.arg("f", 0)) if site.arg("f", 0) is not None else "..."
             yield Hit(site.node, message=(
                 f"`{site.func}({what})` has no map_location and runs on every rank: torch.load puts each tensor "

@@ -98,3 +98,30 @@ def test_helper_of_the_tree_is_read(tmp_path: Path):
         """)
     result = lint_path(str(train), LintSettings(enabled=frozenset(REGISTRY)))
     assert [f.line for f in result.findings if f.code == "DDP302"] == [6]
+
+
+def test_wrap_in_one_arm_reaches_the_save_after_the_if():
+    src = """\
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+model = build()
+if args.distributed:
+    model = DDP(model, device_ids=[args.gpu])
+else:
+    model = model.cuda()
+torch.save(model.state_dict(), "last.pth")
+"""
+    assert lines("DDP302", src) == [8]
+
+
+def test_both_kinds_named_in_the_message():
+    src = """\
+import torch
+if args.distributed:
+    model = torch.nn.parallel.DistributedDataParallel(model)
+else:
+    model = torch.nn.DataParallel(model)
+torch.save({"state_dict": model.state_dict()}, "ckpt.pth")
+"""
+    [f] = findings("DDP302", src)
+    assert "DistributedDataParallel or DataParallel" in f.message

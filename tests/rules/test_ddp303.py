@@ -36,8 +36,14 @@ def test_map_location_forms_are_all_fine():
 
 
 def test_aliases():
-    src = DIST + "from torch import load as tload\nx = tload(p)\n"
+    src = DIST + "from torch import load as tload\nckpt = tload(args.resume)\n"
     assert lines("DDP303", src) == [6]
+
+
+def test_data_files_are_not_checkpoints():
+    src = DIST + "features = torch.load(cached_features_file)\nds = TensorDataset(torch.load('labels.pt'))\n" \
+        "sd = torch.load(path)\nmodel.load_state_dict(sd)\n"
+    assert lines("DDP303", src) == [7]
 
 
 def test_not_distributed_or_not_cuda_is_silent():
@@ -86,9 +92,9 @@ def test_local_helper_resolution(tmp_path: Path):
 
         prepare()
         model = build().cuda()
-        a = torch.load("a.pt")
+        a = torch.load("a.pth")
         if leader():
-            b = torch.load("b.pt")
+            b = torch.load("b.pth")
         """)
     result = lint_path(str(train), LintSettings(enabled=frozenset(REGISTRY)))
     assert [f.line for f in result.findings if f.code == "DDP303"] == [7]
@@ -96,3 +102,13 @@ def test_local_helper_resolution(tmp_path: Path):
     (tmp_path / "helpers.py").unlink()
     result = lint_path(str(train), LintSettings(enabled=frozenset(REGISTRY)))
     assert [f.line for f in result.findings if f.code == "DDP303"] == []
+
+
+def test_other_arm_maps_the_same_file():
+    src = DIST + """
+if args.gpu is None:
+    checkpoint = torch.load(args.resume)
+else:
+    checkpoint = torch.load(args.resume, map_location="cuda:{}".format(args.gpu))
+"""
+    assert lines("DDP303", src) == []
