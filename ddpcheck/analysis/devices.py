@@ -19,7 +19,7 @@ import libcst as cst
 from ddpcheck.analysis.arguments import options
 from ddpcheck.analysis.distributed import init_calls, is_init_call
 from ddpcheck.analysis.guards import is_rank_expr
-from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel, owner_class
 from ddpcheck.analysis.names import dotted_name
 
 PER_RANK = "per_rank"
@@ -393,7 +393,7 @@ def module_device(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fu
         if c.attr not in ("cuda", "to") or c.receiver is None or dotted_name(c.receiver) != key:
             continue
         same_scope = c.ctx.function is scope and c.ctx.order < before
-        same_class = key.startswith("self.") and class_name is not None and c.ctx.class_name == class_name
+        same_class = key.startswith("self.") and class_name is not None and owner_class(c.ctx) == class_name
         if same_scope or same_class:
             kinds |= placement(model, c)
     for a in model.assignments(key, scope):

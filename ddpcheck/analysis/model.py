@@ -305,8 +305,9 @@ class ScriptModel:
             return None
         if isinstance(func, cst.Attribute):
             recv = dotted_name(func.value)
-            if recv == "self" and call.ctx.class_name:
-                methods = self.functions_named(func.attr.value, call.ctx.class_name)
+            cls = owner_class(call.ctx)
+            if recv == "self" and cls:
+                methods = self.functions_named(func.attr.value, cls)
                 return (self, methods[-1]) if methods else None
             if recv and "." not in recv and self.project is not None:
                 src = self.imports.sources.get(recv)

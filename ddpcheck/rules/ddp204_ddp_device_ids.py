@@ -10,7 +10,7 @@ from ddpcheck.analysis.devices import (
 )
 from ddpcheck.analysis.distributed import init_calls
 from ddpcheck.analysis.env import env_writes
-from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.analysis.model import ScriptModel, owner_class
 from ddpcheck.analysis.values import wraps
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
@@ -42,7 +42,7 @@ class DDPDeviceIds(Rule):
             if site.arg("device_ids", 1) is not None:
                 continue
             inner = site.arg("module", 0)
-            kinds = module_device(model, inner, site.ctx.function, site.ctx.order, site.ctx.class_name)
+            kinds = module_device(model, inner, site.ctx.function, site.ctx.order, owner_class(site.ctx))
             if not kinds or _cpu_only(model):
                 continue
             if script_sets_device(model) is not False or env_writes(model, "CUDA_VISIBLE_DEVICES"):
