@@ -116,6 +116,10 @@ class SamplerShuffleConflict(Rule):
 
     def _fix(self, model: ScriptModel, kw: str, expr) -> str:
         name = dotted_name(expr)
+        if kw == "batch_sampler":
+            return ("remove `shuffle=True` (a loader with a batch_sampler takes no shuffle, batch_size, sampler or "
+                    "drop_last): shuffle in the sampler the BatchSampler wraps, e.g. a DistributedSampler reseeded "
+                    "by `set_epoch(epoch)`")
         if name:
             return f"pass `shuffle=({name} is None)` (and call `{name}.set_epoch(epoch)` each epoch)"
         return f"drop `shuffle=True`: the {kw} decides the order"

@@ -89,3 +89,8 @@ class DataLoader:
 loader = DataLoader(ds, sampler=DistributedSampler(ds), shuffle=True)
 """
     assert lines("DDP102", src) == []
+
+
+def test_batch_sampler_fix_removes_shuffle():
+    [f] = findings("DDP102", HEAD + "loader = DataLoader(ds, batch_sampler=BatchSampler(DistributedSampler(ds), 8, True), shuffle=True)\n")
+    assert "remove `shuffle=True`" in f.fix and "is None" not in f.fix
