@@ -42,7 +42,8 @@ def main() -> None:
 # --- lint ------------------------------------------------------------------------
 
 def _use_color(no_color: bool, output_format: str) -> bool:
-    if no_color or output_format != "text" or "NO_COLOR" in os.environ:
+    # NO_COLOR (no-color.org): any non-empty value turns colors off.
+    if no_color or output_format != "text" or os.environ.get("NO_COLOR"):
         return False
     return sys.stdout.isatty()
 
