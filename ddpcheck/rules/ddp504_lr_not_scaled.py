@@ -73,8 +73,9 @@ def lr_scaled(model: ScriptModel, depth: int = 0) -> bool:
             if SCALING_CALL.search(c.attr or ""):
                 result = True
                 break
-            lr = c.arg("lr")
-            if lr is not None and _world(model, _code(model, lr), tokens):
+            # `lr=` of an optimizer, `max_lr=` of OneCycleLR, `base_lr=` of a warmup scheduler...
+            if any(a.keyword is not None and LR_KEY.search(a.keyword.value) and _world(model, _code(model, a.value), tokens)
+                   for a in c.node.args):
                 result = True
                 break
     if not result and depth == 0:

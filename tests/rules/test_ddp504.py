@@ -78,3 +78,8 @@ def test_scaling_in_a_helper_of_the_tree(tmp_path: Path):
                   + "prepare(args)\n" + OPT)
     result = lint_path(str(train), LintSettings(enabled=frozenset(REGISTRY)))
     assert [f for f in result.findings if f.code == "DDP504"] == []
+
+
+def test_scheduler_keyword_with_world_size():
+    src = HEAD + OPT + "sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr * dist.get_world_size(), total_steps=100)\n"
+    assert lines("DDP504", src) == []
