@@ -24,6 +24,14 @@ from ddpcheck.analysis.model import (
 from ddpcheck.analysis.names import dotted_name
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
+_ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
+
+
+def _string(expr) -> str | None:
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
 
 
 def target_keys(node: cst.BaseExpression) -> list[str]:
@@ -97,6 +105,8 @@ class ScriptBuilder:
         self.block_exits: list[int] = []   # early-exit branches pushed per open block
         self.no_grad = 0
         self.no_grad_withs: set[int] = set()
+        self.opaque = 0          # depth of try bodies and lambdas
+        self.in_target = False   # walking an assignment target (writes, not reads)
         self.stmt: cst.CSTNode | None = None
         # (branches, block_exits) of the enclosing code while inside a def
         self.saved_branches: list[tuple[list[Branch], list[int]]] = []
@@ -113,6 +123,7 @@ class ScriptBuilder:
             branches=tuple(self.branches),
             no_grad=self.no_grad > 0,
             class_name=self.class_stack[-1],
+            opaque=self.opaque > 0,
         )
 
     # -- imports --------------------------------------------------------------
@@ -240,6 +251,12 @@ class ScriptBuilder:
         )
         self.m.calls.append(site)
         self.m.site_of[id(node)] = site
+        if site.qual in _ENV_READ_CALLS and node.args:
+            self._env_read(_string(node.args[0].value))
+
+    def _env_read(self, name: str | None) -> None:
+        if name:
+            self.m.env_reads.setdefault(name, []).append(self.fn_stack[-1])
 
     def visit_Assign(self, node: cst.Assign) -> None:
         ctx = self.ctx()
@@ -393,7 +410,72 @@ class ScriptBuilder:
             self.visit_ImportFrom(node)
 
     def _walk_lambda(self, node: cst.Lambda) -> None:
+        self.opaque += 1
         self.walk(node.body)
+        self.opaque -= 1
+
+    def _walk_try(self, node) -> None:
+        self.opaque += 1
+        self.walk(node.body)
+        self.opaque -= 1
+        for part in (*node.handlers, node.orelse, node.finalbody):
+            if part is not None:
+                self.walk(part)
+
+    def _walk_if_exp(self, node: cst.IfExp) -> None:
+        # `dist.get_rank() if dist.is_initialized() else 0`: each arm runs under its test
+        self.walk(node.test)
+        self.branches.append(Branch(node.test, True, self.fn_stack[-1]))
+        self.walk(node.body)
+        self.branches[-1] = Branch(node.test, False, self.fn_stack[-1])
+        self.walk(node.orelse)
+        self.branches.pop()
+
+    def _walk_bool_op(self, node: cst.BooleanOperation) -> None:
+        # `is_main_process() and torch.save(...)`: the right side runs only when
+        # the left one is true (`and`) or false (`or`)
+        self.walk(node.left)
+        self.branches.append(Branch(node.left, isinstance(node.operator, cst.And), self.fn_stack[-1]))
+        self.walk(node.right)
+        self.branches.pop()
+
+    def _walk_assign(self, node: cst.Assign) -> None:
+        self.visit_Assign(node)
+        self.in_target = True
+        for t in node.targets:
+            self.walk(t.target)
+        self.in_target = False
+        self.walk(node.value)
+
+    def _walk_subscript(self, node: cst.Subscript) -> None:
+        if not self.in_target:
+            self._env_read(self._environ_key(node))
+        in_target, self.in_target = self.in_target, False
+        self.walk(node.value)
+        for el in node.slice:
+            self.walk(el.slice)
+        self.in_target = in_target
+
+    def _walk_comparison(self, node: cst.Comparison) -> None:
+        for target in node.comparisons:
+            if isinstance(target.operator, (cst.In, cst.NotIn)) and self._is_environ(target.comparator):
+                self._env_read(_string(node.left))
+        self.walk_children(node)
+
+    def _walk_del(self, node: cst.Del) -> None:
+        self.in_target = True
+        self.walk(node.target)
+        self.in_target = False
+
+    def _is_environ(self, expr: cst.BaseExpression) -> bool:
+        d = dotted_name(expr)
+        return bool(d) and self.m.imports.qualify(d) == "os.environ"
+
+    def _environ_key(self, node: cst.Subscript) -> str | None:
+        if not self._is_environ(node.value) or len(node.slice) != 1:
+            return None
+        idx = node.slice[0].slice
+        return _string(idx.value) if isinstance(idx, cst.Index) else None
 
     def _ref_ctx(self) -> Ctx:
         # Names are the most frequent nodes: references share one Ctx until the
@@ -403,7 +485,8 @@ class ScriptBuilder:
                 or (self.branches and c.branches[-1] is not self.branches[-1])
                 or len(c.loops) != len(self.loop_stack[-1])):
             self._ref_ctx_cache = Ctx(self.order, self.fn_stack[-1], tuple(self.loop_stack[-1]),
-                                      tuple(self.branches), self.no_grad > 0, self.class_stack[-1])
+                                      tuple(self.branches), self.no_grad > 0, self.class_stack[-1],
+                                      self.opaque > 0)
         return self._ref_ctx_cache
 
 
@@ -423,6 +506,14 @@ _SPECIAL = {
     cst.Import: ScriptBuilder._walk_import,
     cst.ImportFrom: ScriptBuilder._walk_import,
     cst.Lambda: ScriptBuilder._walk_lambda,
+    cst.Try: ScriptBuilder._walk_try,
+    cst.TryStar: ScriptBuilder._walk_try,
+    cst.IfExp: ScriptBuilder._walk_if_exp,
+    cst.BooleanOperation: ScriptBuilder._walk_bool_op,
+    cst.Assign: ScriptBuilder._walk_assign,
+    cst.Subscript: ScriptBuilder._walk_subscript,
+    cst.Comparison: ScriptBuilder._walk_comparison,
+    cst.Del: ScriptBuilder._walk_del,
 }
 
 

@@ -329,85 +329,11 @@ def implies_initialized(model: ScriptModel, expr: cst.BaseExpression, positive: 
     return False
 
 
-class _Protected(cst.CSTVisitor):
-    """Calls that only run once the group exists (by an expression-level
-    guard), or whose timing we cannot judge (try bodies, lambdas)."""
-
-    def __init__(self, model: ScriptModel) -> None:
-        self.model = model
-        self.depth = 0
-        self.found: set[int] = set()
-        self.scopes: list = [None]
-        self.fn_by_node = {id(f.node): f for f in model.functions}
-        self._pushed: list[bool] = []
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self.depth:
-            self.found.add(id(node))
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(self.fn_by_node.get(id(node)))
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-
-    def _push(self, protect: bool) -> None:
-        self._pushed.append(protect)
-        self.depth += protect
-
-    def _pop(self) -> None:
-        self.depth -= self._pushed.pop()
-
-    def _implies(self, expr, positive) -> bool:
-        return implies_initialized(self.model, expr, positive, self.scopes[-1])
-
-    def visit_Try_body(self, node: cst.Try) -> None:
-        self._push(True)
-
-    def leave_Try_body(self, node: cst.Try) -> None:
-        self._pop()
-
-    def visit_Lambda_body(self, node: cst.Lambda) -> None:
-        self._push(True)
-
-    def leave_Lambda_body(self, node: cst.Lambda) -> None:
-        self._pop()
-
-    def visit_IfExp_body(self, node: cst.IfExp) -> None:
-        self._push(self._implies(node.test, True))
-
-    def leave_IfExp_body(self, node: cst.IfExp) -> None:
-        self._pop()
-
-    def visit_IfExp_orelse(self, node: cst.IfExp) -> None:
-        self._push(self._implies(node.test, False))
-
-    def leave_IfExp_orelse(self, node: cst.IfExp) -> None:
-        self._pop()
-
-    def visit_BooleanOperation_right(self, node: cst.BooleanOperation) -> None:
-        positive = isinstance(node.operator, cst.And)
-        self._push(self._implies(node.left, positive))
-
-    def leave_BooleanOperation_right(self, node: cst.BooleanOperation) -> None:
-        self._pop()
-
-
-def _protected(model: ScriptModel) -> set[int]:
-    memo = ("pg_protected",)
-    if memo not in model._memo:
-        v = _Protected(model)
-        model.module.visit(v)
-        model._memo[memo] = v.found
-    return model._memo[memo]
-
-
 def initialized_guarded(model: ScriptModel, site: CallSite) -> bool:
     """The call only runs where the default process group already exists."""
-    for b in site.ctx.branches:
-        if implies_initialized(model, b.test, b.positive, b.function):
-            return True
-    return id(site.node) in _protected(model)
+    if site.ctx.opaque:   # a try body or a lambda: its timing is not judged
+        return True
+    return any(implies_initialized(model, b.test, b.positive, b.function) for b in site.ctx.branches)
 
 
 __all__ = [

@@ -32,56 +32,10 @@ def _subscript_key(model: ScriptModel, node: cst.Subscript) -> str | None:
     return _string(idx.value) if isinstance(idx, cst.Index) else None
 
 
-_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
-
-
-class _Reads(cst.CSTVisitor):
-    def __init__(self, model: ScriptModel) -> None:
-        self.model = model
-        self.fn_by_node = {id(f.node): f for f in model.functions}
-        self.scopes: list[FunctionInfo | None] = [None]
-        self.targets: set[int] = set()
-        self.reads: dict[str, list[FunctionInfo | None]] = {}
-
-    def _add(self, name: str | None) -> None:
-        if name:
-            self.reads.setdefault(name, []).append(self.scopes[-1])
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.append(self.fn_by_node.get(id(node)))
-
-    def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
-        self.scopes.pop()
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        self.targets.add(id(node.target))
-
-    def visit_Del(self, node: cst.Del) -> None:
-        self.targets.add(id(node.target))
-
-    def visit_Subscript(self, node: cst.Subscript) -> None:
-        if id(node) not in self.targets:
-            self._add(_subscript_key(self.model, node))
-
-    def visit_Call(self, node: cst.Call) -> None:
-        d = dotted_name(node.func)
-        if d and self.model.imports.qualify(d) in _READ_CALLS and node.args:
-            self._add(_string(node.args[0].value))
-
-    def visit_Comparison(self, node: cst.Comparison) -> None:
-        for target in node.comparisons:
-            if isinstance(target.operator, (cst.In, cst.NotIn)) and _is_environ(self.model, target.comparator):
-                self._add(_string(node.left))
-
-
 def env_reads(model: ScriptModel) -> dict[str, list[FunctionInfo | None]]:
-    """Variable name -> the functions (None: module level) that read it."""
-    memo = ("env_reads",)
-    if memo not in model._memo:
-        v = _Reads(model)
-        model.module.visit(v)
-        model._memo[memo] = v.reads
-    return model._memo[memo]
+    """Variable name -> the functions (None: module level) that read it,
+    recorded by the builder's one walk."""
+    return model.env_reads
 
 
 def reads_env(model: ScriptModel, name: str, fn: FunctionInfo | None = None, anywhere: bool = False) -> bool:

@@ -41,6 +41,9 @@ class Ctx:
     branches: tuple[Branch, ...]
     no_grad: bool = False
     class_name: str | None = None
+    # inside a `try:` body or a lambda: when (or whether) it runs is not
+    # something source order tells
+    opaque: bool = False
 
     def inside(self, loop: "Loop") -> bool:
         return loop in self.loops
@@ -155,6 +158,9 @@ class ScriptModel:
         self.loops: list[Loop] = []
         self.functions: list[FunctionInfo] = []
         self.references: dict[str, list[Reference]] = {}
+        # environment variables read (`os.environ["LOCAL_RANK"]`, `.get`, `os.getenv`,
+        # `"RANK" in os.environ`) -> the functions reading them (None: module level)
+        self.env_reads: dict[str, list[FunctionInfo | None]] = {}
         self.class_names: set[str] = set()
         self.project: "ProjectIndex | None" = None
         self._memo: dict = {}

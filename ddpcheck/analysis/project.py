@@ -12,6 +12,11 @@ from pathlib import Path
 import libcst as cst
 
 _CACHE: dict[str, object] = {}
+# A training repo's helper modules (utils.py, misc.py, comm.py, dist_utils.py)
+# are a few hundred lines. A module far larger than that is a library of its
+# own: reading it would make every file that imports it pay a big parse, so it
+# counts as unseen (rules stay silent about what it does).
+MAX_HELPER_BYTES = 120_000
 _FOUND: dict[tuple[str, str, int], "Path | None"] = {}
 
 # Libraries are not "helpers in the tree": when ddpcheck lints a checkout that
@@ -80,7 +85,7 @@ class ProjectIndex:
         model = None
         try:
             text = read_source(key)
-            if not might_hold_helpers(text):
+            if len(text) > MAX_HELPER_BYTES or not might_hold_helpers(text):
                 # a module that never mentions distributed training holds no
                 # helper a rule could use (and costs nothing to skip)
                 raise SourceError("not relevant")
