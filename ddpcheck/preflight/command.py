@@ -14,7 +14,7 @@ from typing import NoReturn, Optional
 
 import click
 
-from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, exit_code
+from ddpcheck.preflight.checks import FAIL, WARN, Check, exit_code
 
 EXIT_USAGE = 2
 
@@ -288,13 +288,14 @@ def run_preflight(opts: dict) -> int:
     from ddpcheck.preflight import verdict
 
     quiet = False
+    log_dir = None
     if launched:
         views, how, launch_s = _run_in_launcher(spec, launched)
         quiet = launched.rank != 0  # every rank reaches the same verdict; rank 0 prints it
     else:
-        views, how, launch_s = _run_local(spec, world, fork_safe, opts["timeout"])
+        views, how, launch_s, log_dir = _run_local(spec, world, fork_safe, opts["timeout"])
 
-    pg_checks = verdict.failure_checks(views, opts["timeout"])
+    pg_checks = verdict.failure_checks(views, opts["timeout"], log_dir)
     pg_checks += verdict.process_group_checks(views, backend.backend, backend.device, world)
     mq = verdict.MemoryQuestion(
         target_batch=spec["batch_size"], world_size=world, grad_accum=opts["grad_accum"],
@@ -322,6 +323,7 @@ def run_preflight(opts: dict) -> int:
         else None,
         "ranks": [_rank_json(v) for v in views],
         "timing": {"total_seconds": time.time() - t0, "workers_seconds": launch_s},
+        "worker_logs": log_dir,
         "exit_code": code,
     }
     from ddpcheck.preflight import report as render
@@ -371,7 +373,7 @@ def _run_local(spec: dict, world: int, fork_safe: bool, timeout: float):
             exitcode=ro.exitcode, exit_text=launch.describe_exit(ro.exitcode) if ro.crashed else "",
             stage=ro.stage, stage_age=ro.stage_age, stderr_tail=ro.stderr_tail))
     how = f"workers started by torch's elastic_launch ({method}) in {outcome.elapsed:.1f} s"
-    return views, how, outcome.elapsed
+    return views, how, outcome.elapsed, outcome.log_dir
 
 
 def _run_in_launcher(spec: dict, launched):

@@ -200,6 +200,7 @@ class LaunchOutcome:
     timed_out: bool = False
     interrupted: bool = False
     launcher_error: Optional[str] = None
+    log_dir: Optional[str] = None  # the workers' logs, kept when something failed
 
 
 def _quiet_torch_loggers() -> list:
@@ -222,17 +223,34 @@ def _signal_name(exitcode: Optional[int]) -> str:
         return f"signal {-exitcode}"
 
 
-def _stderr_tail(log_dir: str, local_rank: int, lines: int = 3) -> str:
+def _stderr_lines(log_dir: str, local_rank: int) -> list:
     paths = glob.glob(os.path.join(log_dir, "**", "attempt_*", str(local_rank), "stderr.log"),
                       recursive=True)
     for path in paths:
         try:
             with open(path, errors="replace") as fh:
-                text = [ln.rstrip() for ln in fh.read().splitlines() if ln.strip()]
+                return [ln.rstrip() for ln in fh.read().splitlines() if ln.strip()]
         except OSError:
             continue
-        return summarize_stderr(text, lines)
-    return ""
+    return []
+
+
+def stuck_at(text: list) -> str:
+    """Where a hung rank was, from the stack faulthandler dumped on SIGUSR1: the
+    innermost frame of the user's code, else the innermost frame."""
+    starts = [i for i, ln in enumerate(text) if ln.startswith("Current thread")]
+    if not starts:
+        return ""
+    frames = []
+    for line in text[starts[-1] + 1:]:
+        line = line.strip()
+        if not line.startswith("File "):
+            break
+        frames.append(line)
+    mine = [f for f in frames
+            if "site-packages" not in f and f"{os.sep}ddpcheck{os.sep}preflight{os.sep}" not in f
+            and "<frozen" not in f and "/lib/python" not in f]
+    return (mine or frames or [""])[0]
 
 
 def summarize_stderr(text: list, lines: int = 3) -> str:
@@ -275,25 +293,30 @@ class _Watchdog(threading.Thread):
             late = first_final is not None and now - first_final > self.grace
             if now >= self.deadline or late:
                 self.fired_at_deadline = now >= self.deadline
-                for rank in range(self.nproc):
-                    if rank in finals:
-                        continue
-                    pid = (records.get(rank) or {}).get("pid")
+                doomed = {rank: (records.get(rank) or {}).get("pid")
+                           for rank in range(self.nproc) if rank not in finals}
+                # SIGUSR1 first: the worker's faulthandler writes every thread's
+                # stack to its log, so the report can say where it was stuck
+                for pid in doomed.values():
                     if pid:
-                        self._kill(rank, pid)
+                        self._signal(pid, signal.SIGUSR1)
+                time.sleep(0.5)
+                for rank, pid in doomed.items():
+                    if pid and self._signal(pid, signal.SIGKILL):
+                        self.killed[rank] = pid
                 if len(self.killed) + len(finals) < self.nproc:
                     # a rank that never wrote its pid: kill every worker child
                     for child in multiprocessing.active_children():
-                        self._kill(-1, child.pid)
+                        self._signal(child.pid, signal.SIGKILL)
                 return
 
-    def _kill(self, rank: int, pid: int) -> None:
+    @staticmethod
+    def _signal(pid: int, sig: int) -> bool:
         try:
-            os.kill(pid, signal.SIGKILL)
-            if rank >= 0:
-                self.killed[rank] = pid
+            os.kill(pid, sig)
+            return True
         except (ProcessLookupError, PermissionError):
-            pass
+            return False
 
 
 @contextlib.contextmanager
@@ -403,9 +426,14 @@ def run_local(nproc: int, spec: dict, timeout: float, start_method: str = "fork"
         else:
             ro.hung = True
         if ro.result is None:
-            ro.stderr_tail = _stderr_tail(log_dir, rank)
+            text = _stderr_lines(log_dir, rank)
+            ro.stderr_tail = stuck_at(text) if ro.hung else summarize_stderr(text)
         outcome.ranks.append(ro)
-    shutil.rmtree(workdir, ignore_errors=True)
+    if any(ro.result is None or ro.result.get("error") for ro in outcome.ranks):
+        outcome.log_dir = log_dir  # kept: the full story of what went wrong
+        shutil.rmtree(results_dir, ignore_errors=True)
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
     return outcome
 
 

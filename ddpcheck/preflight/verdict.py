@@ -73,8 +73,9 @@ def _seconds(value: Optional[float]) -> str:
 # -- process group ---------------------------------------------------------------------
 
 
-def failure_checks(views: list, timeout: float) -> list:
+def failure_checks(views: list, timeout: float, log_dir: Optional[str] = None) -> list:
     out = []
+    logs = f"; every rank's full log: {log_dir}" if log_dir else ""
     crashed = [v for v in views if v.crashed]
     hung = [v for v in views if v.hung]
     stopped = [v.rank for v in views if v.stopped]
@@ -85,7 +86,19 @@ def failure_checks(views: list, timeout: float) -> list:
             f"rank {v.rank} crashed", FAIL,
             f"rank {v.rank} died ({v.exit_text or 'no result'}) while {v.stage}{tail}{others}",
             f"rerun with --gpus 1 to see the full error; a crash on some ranks only points "
-            f"at rank-dependent code, data or a faulty GPU"))
+            f"at rank-dependent code, data or a faulty GPU{logs}"))
+    if hung and len(hung) == len(views) > 1 and len({v.stage for v in hung}) == 1:
+        # nobody got past the same point: not one rank's bug, the group never formed
+        v = hung[0]
+        where = f"; rank {v.rank} was at {v.stderr_tail}" if v.stderr_tail else ""
+        out.append(Check(
+            "all ranks hung", FAIL,
+            f"all {len(views)} ranks made no progress while {v.stage} and were killed at "
+            f"--timeout {timeout:g} s{where}",
+            (_fix_for_stage(v.stage) if "init_process_group" in v.stage else
+             "every rank waits for the others: look for a collective that no rank reaches, "
+             "or raise --timeout if the machine is only slow") + logs))
+        hung = []
     if hung:
         aborted = [(v.rank, v.result["aborted"]["message"]) for v in views
                    if v.result and v.result.get("aborted")]
@@ -93,13 +106,14 @@ def failure_checks(views: list, timeout: float) -> list:
                 if aborted else "")
         for v in hung:
             age = f" for {v.stage_age:.1f} s" if v.stage_age is not None else ""
+            where = f", stuck at {v.stderr_tail}" if v.stderr_tail else ""
             out.append(Check(
                 f"rank {v.rank} hung", FAIL,
-                f"rank {v.rank} made no progress{age} while {v.stage}; the group was torn down "
-                f"and the rank killed (--timeout {timeout:g} s){said}",
+                f"rank {v.rank} made no progress{age} while {v.stage}{where}; the group was torn "
+                f"down and the rank killed (--timeout {timeout:g} s){said}",
                 "find what blocks on that rank: a collective or barrier only some ranks reach "
                 "(inside `if rank == 0:`), a lock, a file only rank 0 writes; raise --timeout "
-                "if it is only slow"))
+                f"if it is only slow{logs}"))
     elif not crashed:
         for v in views:
             if v.result and v.result.get("aborted"):
@@ -118,15 +132,18 @@ def failure_checks(views: list, timeout: float) -> list:
         if err:
             out.append(Check(
                 f"rank {v.rank} error", FAIL,
-                f"rank {v.rank} failed while {err['stage']}: {err['type']}: {err['message']}",
-                _fix_for_stage(err["stage"])))
+                f"rank {v.rank} failed while {err['stage']}: {err['type']}: {err['message']}"
+                + (f" ({err['where']})" if err.get("where") else ""),
+                _fix_for_stage(err["stage"]) + logs))
     return out
 
 
 def _fix_for_stage(stage: str) -> str:
     if "init_process_group" in stage:
-        return ("check MASTER_ADDR/MASTER_PORT reach rank 0, that no firewall blocks the port, "
-                "and (NCCL) NCCL_SOCKET_IFNAME / NCCL_DEBUG=INFO")
+        return ("the ranks never met: MASTER_ADDR:MASTER_PORT must reach rank 0's host from "
+                "every rank (no firewall on the port), the hostname must resolve to a reachable "
+                "interface (GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME), every rank must agree on "
+                "WORLD_SIZE; NCCL_DEBUG=INFO shows more")
     return "rerun with --gpus 1 to see the error on its own"
 
 

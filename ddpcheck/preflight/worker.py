@@ -47,6 +47,10 @@ def _prepare_process(spec: dict, local_world: int) -> None:
             signal.signal(sig, signal.SIG_DFL)
     try:  # a segfault then leaves Python's stack in this rank's log
         faulthandler.enable(file=sys.__stderr__ or sys.stderr)
+        if spec.get("launched_by") == "ddpcheck":
+            # the launcher's watchdog sends SIGUSR1 before it kills a hung rank
+            faulthandler.register(signal.SIGUSR1, file=sys.__stderr__ or sys.stderr,
+                                  all_threads=True)
     except (AttributeError, OSError, ValueError):
         pass
     import torch

@@ -12,7 +12,12 @@ from hypothesis import strategies as st
 from ddpcheck.preflight import memfit
 from ddpcheck.preflight.backend import BackendError, choose_backend
 from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, exit_code, worst
-from ddpcheck.preflight.launch import LaunchEnvError, detect_launched, summarize_stderr
+from ddpcheck.preflight.launch import (
+    LaunchEnvError,
+    detect_launched,
+    stuck_at,
+    summarize_stderr,
+)
 from ddpcheck.preflight.modelspec import SpecError, load_ref, parse_input_shape, split_ref
 from ddpcheck.preflight.units import format_bytes, parse_size
 
@@ -167,6 +172,19 @@ def test_stderr_summary_prefers_the_fatal_error_and_frame():
     assert summarize_stderr(text) == ('Fatal Python error: Segmentation fault at '
                                       'File "/x/models.py", line 13 in build')
     assert summarize_stderr(["a", "b", "RuntimeError: boom"], 1) == "RuntimeError: boom"
+
+
+def test_stuck_at_picks_the_users_innermost_frame_from_the_sigusr1_dump():
+    text = ["Thread 0x2 (most recent call first):",
+            '  File "/usr/lib/python3.11/threading.py", line 320 in wait',
+            "Current thread 0x1 (most recent call first):",
+            '  File "/v/site-packages/torch/distributed/distributed_c10d.py", line 9 in barrier',
+            '  File "/home/me/train/models.py", line 42 in build',
+            '  File "/home/me/ddpcheck/preflight/memory.py", line 7 in run']
+    assert stuck_at(text) == 'File "/home/me/train/models.py", line 42 in build'
+    assert stuck_at(text[:4]) == ('File "/v/site-packages/torch/distributed/distributed_c10d.py",'
+                                  ' line 9 in barrier')
+    assert stuck_at(["no dump here"]) == ""
 
 
 # -- model references -----------------------------------------------------------------------

@@ -192,3 +192,14 @@ def test_syncbn_on_cpu_and_bn_batch_one():
     assert checks["batch=1 with BatchNorm"].status == WARN
     checks = by_name(memory_report(copy.deepcopy(views), MemoryQuestion(target_batch=1)).checks)
     assert checks["batch=1 with BatchNorm"].status == FAIL
+
+
+def test_all_ranks_stuck_in_init_is_one_row_about_the_group():
+    views = [RankView(r, None, hung=True, stage="init_process_group", stage_age=30.0,
+                      stderr_tail='File "x/distributed_c10d.py", line 1 in init')
+             for r in range(4)]
+    checks = failure_checks(views, 30, log_dir="/tmp/logs")
+    assert [c.name for c in checks] == ["all ranks hung"]
+    row = checks[0]
+    assert "all 4 ranks made no progress while init_process_group" in row.detail
+    assert "MASTER_ADDR:MASTER_PORT" in row.fix and "/tmp/logs" in row.fix
