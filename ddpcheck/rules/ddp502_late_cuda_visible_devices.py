@@ -44,6 +44,41 @@ def cuda_initialised_before(model: ScriptModel, ctx: Ctx, depth: int = 0, seen=N
     return None
 
 
+# Calls that start new processes: they read the environment when they start,
+# so a write just before them is meant for them and does take effect there.
+_LAUNCHERS = {
+    "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "torch.multiprocessing.Process",
+    "multiprocessing.Process", "subprocess.run", "subprocess.Popen", "subprocess.call", "subprocess.check_call",
+    "subprocess.check_output", "os.system", "os.popen", "os.execv", "os.execve", "os.execvp", "os.execvpe",
+    "os.execl", "os.execle", "os.execlp", "os.execlpe", "os.spawnv", "os.spawnve", "os.spawnl", "os.spawnle",
+    "torch.distributed.launcher.api.elastic_launch", "torch.distributed.run.run",
+}
+
+
+def launches_processes_after(model: ScriptModel, ctx: Ctx, depth: int = 0) -> CallSite | None:
+    """A process launch after `ctx` (`mp.spawn`, `subprocess.run`, a spawn
+    context's `Process`), later in the same function or, up the call graph,
+    after a call of the enclosing function in this file."""
+    for c in model.calls_in(ctx.function):
+        if c.ctx.order <= ctx.order:
+            continue
+        q = c.qual or ""
+        if q in _LAUNCHERS or (c.attr in ("Process", "spawn") and q.startswith(("multiprocessing.", "torch.multiprocessing."))):
+            return c
+        if c.attr == "Process" and c.receiver is not None:   # ctx = mp.get_context("spawn"); ctx.Process(...)
+            return c
+    fn = ctx.function
+    if fn is None or depth >= 3:
+        return None
+    for c in model.calls:
+        target = model.resolve_call(c)
+        if target is not None and target[0] is model and target[1] is fn and c.ctx.function is not fn:
+            found = launches_processes_after(model, c.ctx, depth + 1)
+            if found is not None:
+                return found
+    return None
+
+
 @register
 class LateCudaVisibleDevices(Rule):
     code = "DDP502"
@@ -58,7 +93,7 @@ class LateCudaVisibleDevices(Rule):
     def check(self, model: ScriptModel) -> Iterator[Hit]:
         for w in env_writes(model, "CUDA_VISIBLE_DEVICES"):
             init = cuda_initialised_before(model, w.ctx)
-            if init is None:
+            if init is None or launches_processes_after(model, w.ctx) is not None:
                 continue
             what = f"`{init.func}(...)`" if init.func else "a `.cuda()`/`.to(device)` call"
             yield Hit(w.node, message=(

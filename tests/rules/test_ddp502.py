@@ -48,15 +48,35 @@ def test_the_caller_initialised_cuda_first():
 def pick_gpus(ids):
     os.environ["CUDA_VISIBLE_DEVICES"] = ids
 
+print(torch.cuda.is_available())
+pick_gpus("0,1")
+train()
+"""
+    assert lines("DDP502", src) == [5]
+
+
+def test_a_write_for_child_processes_takes_effect():
+    src = HEAD + """\
+import subprocess
+
+def pick_gpus(ids):
+    os.environ["CUDA_VISIBLE_DEVICES"] = ids
+
 def worker(rank):
     os.environ["CUDA_VISIBLE_DEVICES"] = str(rank)
+
+def launch_eval(gpu):
+    os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    subprocess.run(["python", "eval.py"], check=True)
 
 print(torch.cuda.is_available())
 pick_gpus("0,1")
 torch.multiprocessing.spawn(worker, nprocs=2)
+launch_eval("3")
 """
-    # worker runs in a fresh process: the parent's CUDA does not count there
-    assert lines("DDP502", src) == [5]
+    # pick_gpus runs before mp.spawn, launch_eval before subprocess.run: the children read it;
+    # worker runs in a fresh process where the parent's CUDA does not count
+    assert lines("DDP502", src) == []
 
 
 def test_other_arm_of_the_if():
