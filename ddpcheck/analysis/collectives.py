@@ -27,7 +27,7 @@ import libcst as cst
 from ddpcheck.analysis.guards import function_worlds
 from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import call_site, is_ddp_wrap, origins
+from ddpcheck.analysis.values import call_site, exclusive, is_ddp_wrap, origins
 from ddpcheck.analysis.worlds import DISTRIBUTED, only_some_ranks
 
 # torch.distributed collectives -> their kind (barrier and monitored_barrier are one kind)
@@ -212,6 +212,42 @@ class Event:
     via: str | None = None         # for helper calls: what the helper does, and where
 
 
+_RAISES = ("assertRaises", "assertRaisesRegex", "assertRaisesRegexp", "raises")
+_BLOCKS = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.Else, cst.ExceptHandler, cst.Finally,
+           cst.IndentedBlock, cst.SimpleStatementSuite)
+
+
+def _expected_failure_statements(model: ScriptModel, fn: FunctionInfo | None) -> set[int]:
+    """Statements of `fn` inside `with self.assertRaises(...)` / `with
+    pytest.raises(...)`: tests that make a collective fail on purpose. A
+    statement-level walk of one function, done only when a rank-only
+    collective needs it."""
+    memo = ("expected_failures", id(fn))
+    if memo in model._memo:
+        return model._memo[memo]
+    found: set[int] = set()
+    body = fn.node.body if fn is not None else model.module
+    stack = [(c, False) for c in body.children if isinstance(c, cst.CSTNode)]
+    while stack:
+        node, inside = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if inside:
+            found.add(id(node))
+        if isinstance(node, cst.With) and any(
+                isinstance(i.item, cst.Call) and (dotted_name(i.item.func) or "").rpartition(".")[2] in _RAISES
+                for i in node.items):
+            inside = True
+        if isinstance(node, _BLOCKS) or isinstance(node, cst.With):
+            stack.extend((c, inside) for c in node.children if isinstance(c, cst.CSTNode))
+    model._memo[memo] = found
+    return found
+
+
+def expects_failure(model: ScriptModel, site: CallSite) -> bool:
+    return site.stmt is not None and id(site.stmt) in _expected_failure_statements(model, site.ctx.function)
+
+
 def site_worlds(model: ScriptModel, site: CallSite) -> frozenset[str]:
     fn = site.ctx.function
     w = model.worlds(site.ctx)
@@ -275,11 +311,17 @@ def _where(model: ScriptModel, tmodel: ScriptModel, tfn: FunctionInfo) -> str:
     return f", {tmodel.path.replace(chr(92), '/').rpartition('/')[2]}"
 
 
-def unbalanced(events: list[Event]) -> list[Event]:
+def unbalanced(events: list[Event], model: ScriptModel | None = None) -> list[Event]:
     """Events only some ranks reach, with no partner of the same kind reached
     by the complementary ranks in the same function (`if rank != 0: barrier()`
     ... `if rank == 0: barrier()` is balanced)."""
     partial = sorted((e for e in events if only_some_ranks(e.worlds)), key=lambda e: e.site.ctx.order)
+    if model is not None:   # the events' model: skip collectives a test expects to fail
+        partial = [e for e in partial if e.via is not None or not expects_failure(model, e.site)]
+    # the other arm of the same `if` does the same collective (`if rank == src: barrier() elif ...:
+    # barrier()` with a rank test we cannot evaluate): balanced by construction
+    partial = [e for e in partial if not any(
+        p is not e and p.kinds & e.kinds and exclusive(p.site.ctx, e.site.ctx) for p in events)]
     # one-to-one, in source order: each event pairs with the earliest unpaired
     # event of the same kind reached by the complementary ranks
     waiting: list[Event] = []

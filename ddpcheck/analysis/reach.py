@@ -50,10 +50,23 @@ def _function_reached(model: ScriptModel, fn: FunctionInfo | None, seen: set[int
 
 
 def script_reaches(model: ScriptModel, fn: FunctionInfo | None) -> bool:
-    """The script itself runs `fn`: module-level code, or a function used
-    (called, passed to `mp.spawn`, ...) from code the script runs. A function
-    nobody in the file uses is a library entry point (a helper in utils.py)."""
+    """The script itself runs `fn`: module-level code, or a function called
+    or handed to a call (`mp.spawn(main_worker, ...)`, `fire.Fire(main)`)
+    from code the script runs. A function nobody in the file calls is a
+    library entry point (a helper in utils.py); a bare mention (a type
+    annotation, `__all__`) does not run anything."""
     return _used(model, fn, set())
+
+
+def _call_parts(model: ScriptModel) -> set[int]:
+    memo = ("call_parts",)
+    if memo not in model._memo:
+        parts: set[int] = set()
+        for c in model.calls:
+            parts.add(id(c.node.func))
+            parts.update(id(a.value) for a in c.node.args)
+        model._memo[memo] = parts
+    return model._memo[memo]
 
 
 def _used(model: ScriptModel, fn: FunctionInfo | None, seen: set[int]) -> bool:
@@ -65,6 +78,7 @@ def _used(model: ScriptModel, fn: FunctionInfo | None, seen: set[int]) -> bool:
     if id(fn) in seen:
         return False
     seen.add(id(fn))
-    result = any(_used(model, ref.ctx.function, seen) for ref in model.refs_to(fn))
+    parts = _call_parts(model)
+    result = any(id(ref.node) in parts and _used(model, ref.ctx.function, seen) for ref in model.refs_to(fn))
     model._memo[memo] = result
     return result

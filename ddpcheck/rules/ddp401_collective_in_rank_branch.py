@@ -37,7 +37,7 @@ class CollectiveInRankBranch(Rule):
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
         for fn in [None, *model.functions]:
-            for event in unbalanced(function_events(model, fn)):
+            for event in unbalanced(function_events(model, fn), model):
                 yield self._hit(model, event)
 
     def _hit(self, model: ScriptModel, e: Event) -> Hit:

@@ -249,3 +249,35 @@ if dist.get_rank() == 0:
     metric_logger.synchronize_between_processes()
 """
     assert lines("DDP401", src) == []
+
+
+def test_other_arm_with_an_unknown_rank_test_pairs():
+    src = """\
+import torch.distributed as dist
+def f(rank, src):
+    if rank == src:
+        dist.barrier()
+    elif rank == 1:
+        dist.barrier()
+"""
+    assert lines("DDP401", src) == []
+
+
+def test_tests_that_expect_the_collective_to_fail():
+    src = """\
+import pytest
+import torch.distributed as dist
+
+class TestMonitoredBarrier:
+    def test_times_out(self):
+        if self.rank == 0:
+            with self.assertRaisesRegex(RuntimeError, "failed to pass monitoredBarrier"):
+                dist.monitored_barrier(timeout=timeout)
+
+def test_pytest_style(rank):
+    if rank == 0:
+        with pytest.raises(RuntimeError):
+            dist.barrier()
+        dist.barrier()
+"""
+    assert lines("DDP401", src) == [14]
