@@ -166,11 +166,14 @@ def _data_part(opts: dict, world: int):
     """The arithmetic checks and tables, or ``([], None)`` without --dataset-size."""
     from ddpcheck.preflight import datachecks, shardplan
 
-    if opts["dataset_size"] is None:
-        return [], None, None
     try:
         choice = shardplan.resolve_batch_size(world, opts["batch_size"],
                                               opts["global_batch_size"], opts["grad_accum"])
+    except shardplan.PlanError as exc:
+        fail(str(exc))
+    if opts["dataset_size"] is None:
+        return datachecks.choice_checks(choice, world, opts["grad_accum"]), None, choice
+    try:
         plan = shardplan.plan_shards(opts["dataset_size"], world,
                                      choice.per_gpu if choice else None,
                                      drop_last=opts["drop_last"],
@@ -283,7 +286,7 @@ def run_preflight(opts: dict) -> int:
         "gpu_memory": gpu_memory,
         "reserve": reserve,
         "safety_margin": opts["safety_margin"],
-        "batch_size": choice.per_gpu if choice else opts["batch_size"],
+        "batch_size": choice.per_gpu if choice else None,
     }
     from ddpcheck.preflight import verdict
 

@@ -82,21 +82,26 @@ def sampler_checks(plan: ShardPlan) -> list[Check]:
     return out
 
 
+def choice_checks(choice: Optional[BatchChoice], world: int, grad_accum: int) -> list[Check]:
+    """A --global-batch-size that does not divide over GPUs x grad-accum."""
+    if choice is None or choice.requested_global is None or choice.exact:
+        return []
+    lo, hi = choice.nearest_globals
+    return [Check(
+        "batch: global batch split", WARN,
+        f"--global-batch-size {choice.requested_global} does not divide over {world} GPUs x "
+        f"grad-accum {grad_accum}: using {choice.per_gpu} per GPU, so the optimizer sees "
+        f"{choice.effective_global}, not {choice.requested_global}",
+        f"use a global batch of {lo} or {hi}, or a GPU count that divides "
+        f"{choice.requested_global}")]
+
+
 def batch_checks(q: DataQuestion) -> list[Check]:
     plan, choice = q.plan, q.batch
     if choice is None or plan.dataset_size < plan.world_size:
         return []
-    out: list[Check] = []
+    out: list[Check] = choice_checks(choice, plan.world_size, plan.grad_accum)
     b, s, w = choice.per_gpu, plan.samples_per_rank, plan.world_size
-    if choice.requested_global is not None and not choice.exact:
-        lo, hi = choice.nearest_globals
-        out.append(Check(
-            "batch: global batch split", WARN,
-            f"--global-batch-size {choice.requested_global} does not divide over {w} GPUs x "
-            f"grad-accum {plan.grad_accum}: using {b} per GPU, so the optimizer sees "
-            f"{choice.effective_global}, not {choice.requested_global}",
-            f"use a global batch of {lo} or {hi}, or a GPU count that divides "
-            f"{choice.requested_global}"))
     if b > s:
         if plan.drop_last:
             what = (f"drop_last=True leaves 0 batches per epoch: the loop never runs an "

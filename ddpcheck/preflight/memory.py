@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import re
 import weakref
 from typing import Any, Callable, Optional
@@ -38,6 +39,22 @@ _OOM_RE = re.compile(r"out of memory|can't allocate memory|DefaultCPUAllocator",
 
 # a confirmation step on CPU above this is skipped (it would only test the host)
 CPU_CONFIRM_LIMIT = 4 * 2**30
+
+
+def host_memory() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def cpu_step_limit(local_world: int) -> int:
+    """Bytes one CPU rank may spend on a step: 4 GiB, or less when this host's
+    RAM shared by every local rank (with room to spare) is smaller."""
+    ram = host_memory()
+    if not ram:
+        return CPU_CONFIRM_LIMIT
+    return min(CPU_CONFIRM_LIMIT, ram // (2 * max(1, local_world)))
 
 
 class StepFailed(Exception):
@@ -347,6 +364,17 @@ def run(spec: dict, group, progress) -> dict:
     out["trainable_bytes"] = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
     out["batchnorm_layers"] = sum(isinstance(m, nn.modules.batchnorm._BatchNorm)
                                   for m in model.modules())
+    if device.type == "cpu":
+        # parameters + gradients + DDP buckets (+ two Adam moments) exist before
+        # any activation; do not let the host's OOM killer answer for us
+        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        states = 2 if spec.get("optimizer", "adamw") in ("adam", "adamw") else 1
+        floor = out["param_bytes"] + out["trainable_bytes"] * (2 + states)
+        ram = host_memory()
+        if ram and floor * local_world > 0.8 * ram:
+            out["host_too_small"] = {"per_rank": floor, "ranks": local_world, "ram": ram}
+            collectives.agree(group, "host memory check")
+            return out
     if spec.get("sync_bn"):
         if device.type == "cuda":
             model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before DDP (seed 000)
@@ -457,8 +485,10 @@ def _confirm_batch(fit, target, largest, usable, device, measured):
     predicted = fit.predict(batch)
     if usable is not None and predicted > usable:
         return None, f"batch {batch} is predicted not to fit, so it was not run"
-    if device.type == "cpu" and predicted > CPU_CONFIRM_LIMIT:
-        return None, (f"batch {batch} would allocate more than "
-                      f"{CPU_CONFIRM_LIMIT // 2**30} GiB of host memory on every rank")
+    limit = cpu_step_limit(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    if device.type == "cpu" and predicted > limit:
+        return None, (f"batch {batch} would allocate {predicted / 2**30:.1f} GiB of host memory "
+                      f"on every rank, more than this CPU check allows "
+                      f"({limit / 2**30:.1f} GiB)")
     return batch, ""
 

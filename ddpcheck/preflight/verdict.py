@@ -285,6 +285,16 @@ def memory_report(views: list, q: MemoryQuestion) -> MemoryReport:
             "the factory must build the model on every rank with no arguments; try it alone: "
             "python -c \"import m; m.build()\""))
         return rep
+    if mem.get("host_too_small"):
+        h = mem["host_too_small"]
+        rep.checks.append(Check(
+            "memory", WARN,
+            f"not measured: parameters, gradients, DDP buckets and optimizer state alone need "
+            f"{format_bytes(h['per_rank'])} per rank, {format_bytes(h['per_rank'] * h['ranks'])}"
+            f" for {h['ranks']} CPU processes, more than this host's "
+            f"{format_bytes(h['ram'])} of RAM allows",
+            "run the preflight on the GPUs, or on CPU with --gpus 1"))
+        return rep
     if mem.get("sync_bn") == "not on CPU":
         rep.checks.append(Check(
             "SyncBatchNorm", WARN,

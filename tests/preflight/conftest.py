@@ -73,7 +73,7 @@ class Run:
 
 
 @pytest.fixture
-def preflight_inproc(monkeypatch):
+def preflight_inproc(monkeypatch, tmp_path):
     """Run `ddpcheck preflight ARGS` inside the test process (torch imported once,
     workers forked from here); asserts that no worker process survives."""
     from click.testing import CliRunner
@@ -83,6 +83,10 @@ def preflight_inproc(monkeypatch):
     monkeypatch.chdir(REPO)
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"):
         monkeypatch.delenv(key, raising=False)
+    # worker logs kept after a failing run land in pytest's tmp dir, not /tmp
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
     def run(*args: str) -> Run:
         result = CliRunner().invoke(preflight, list(args), catch_exceptions=False)
@@ -94,13 +98,13 @@ def preflight_inproc(monkeypatch):
 
 
 @pytest.fixture
-def preflight_cli():
+def preflight_cli(tmp_path):
     """Run `python -m ddpcheck.preflight ARGS` as a real process; asserts that no
     process it started is left behind."""
 
     def run(*args: str, timeout: float = 120) -> Run:
         marker = uuid.uuid4().hex
-        env = dict(os.environ, DDPCHECK_TEST_MARKER=marker)
+        env = dict(os.environ, DDPCHECK_TEST_MARKER=marker, TMPDIR=str(tmp_path))
         for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"):
             env.pop(key, None)
         proc = subprocess.run([sys.executable, "-m", "ddpcheck.preflight", *args], cwd=REPO,

@@ -118,3 +118,12 @@ def test_seed_004_data_parallel_fails_with_the_replica_message():
     assert "drop_last=True" in row.fix and "a batch of 16 (4 per GPU)" in row.fix
     checks, _ = checks_for(8607, 4, 1, dp=True, drop_last=True)
     assert checks["DataParallel: last batch"].status == PASS
+
+
+def test_global_batch_split_is_checked_without_a_data_set_too():
+    from ddpcheck.preflight.datachecks import choice_checks
+
+    rows = choice_checks(sp.resolve_batch_size(4, global_batch_size=30), 4, 1)
+    assert [r.status for r in rows] == [WARN] and "28 or 32" in rows[0].fix
+    assert choice_checks(sp.resolve_batch_size(4, global_batch_size=32), 4, 1) == []
+    assert choice_checks(None, 4, 1) == []

@@ -188,14 +188,18 @@ def test_rank_that_hangs_is_named_and_killed(preflight_inproc):
     assert "monitoredBarrier" in row["detail"]  # rank 0 named the missing rank too
     ranks = {r["rank"]: r for r in run.json()["ranks"]}
     assert ranks[1]["hung"] and not ranks[0]["hung"]
+    # the watchdog's SIGUSR1 made the hung rank dump its stack: the report says where
+    assert 'faults.py", line' in row["detail"] and "in hang_on_rank1" in row["detail"]
+    # and the workers' logs are kept for the full story
+    assert os.path.isdir(run.json()["worker_logs"])
 
 
 # -- already inside a launcher ------------------------------------------------------------------
 
 
-def test_inside_torchrun_acts_as_the_worker():
+def test_inside_torchrun_acts_as_the_worker(tmp_path):
     marker = os.urandom(8).hex()
-    env = dict(os.environ, DDPCHECK_TEST_MARKER=marker)
+    env = dict(os.environ, DDPCHECK_TEST_MARKER=marker, TMPDIR=str(tmp_path))
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
            "-m", "ddpcheck", "preflight", "--dataset-size", "8607", "--format", "json"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
@@ -261,3 +265,11 @@ def test_spawned_workers_when_fork_is_unsafe(preflight_inproc, monkeypatch):
     assert run.code == 0, run.out
     assert "elastic_launch (spawn)" in run.json()["launcher"]
     assert run.check("collectives")["status"] == "PASS"
+
+
+def test_batch_larger_than_the_share_fails_the_run(preflight_inproc):
+    run = preflight_inproc("--gpus", "2", "--dataset-size", "8607", "--batch-size", "5000",
+                           "--format", "json")
+    assert run.code == 1
+    assert run.check("batch: per-GPU batch vs share")["status"] == "FAIL"
+    assert run.check("collectives")["status"] == "PASS"  # the rest still ran

@@ -203,3 +203,12 @@ def test_all_ranks_stuck_in_init_is_one_row_about_the_group():
     row = checks[0]
     assert "all 4 ranks made no progress while init_process_group" in row.detail
     assert "MASTER_ADDR:MASTER_PORT" in row.fix and "/tmp/logs" in row.fix
+
+
+def test_model_too_big_for_the_cpu_host_is_not_measured_and_says_why():
+    views = mem_result(steps=[], host_too_small={"per_rank": 40 * 2**30, "ranks": 2,
+                                                 "ram": 24 * 2**30})
+    rep = memory_report(views, MemoryQuestion())
+    assert [c.status for c in rep.checks] == [WARN]
+    assert "80.0 GiB for 2 CPU processes" in rep.checks[0].detail
+    assert rep.steps == []
