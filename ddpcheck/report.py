@@ -75,6 +75,9 @@ def summary(findings: list[Finding], files_checked: int, unreadable_count: int) 
         files_hit = len({f.path for f in findings})
         text = (f"Found {plural(len(findings), 'finding')} ({severity_counts(findings)}) "
                 f"in {files_hit} of {plural(files_checked, 'file')}.")
+    elif unreadable_count:
+        # Not "all checks passed": some inputs were never checked.
+        text = f"No findings ({plural(files_checked, 'file')})."
     else:
         text = f"All checks passed ({plural(files_checked, 'file')})."
     if unreadable_count:

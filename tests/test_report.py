@@ -32,7 +32,8 @@ def test_color_only_when_asked():
     ([f(), f(path="b.py", severity=Severity.WARNING), f(line=9, severity=Severity.WARNING),
       f(line=10, severity=Severity.INFO), f(line=11, severity=Severity.INFO)], 5, 0,
      "Found 5 findings (1 error, 2 warnings, 2 info) in 2 of 5 files."),
-    ([], 3, 2, "All checks passed (3 files). 2 inputs could not be read."),
+    ([], 3, 2, "No findings (3 files). 2 inputs could not be read."),
+    ([f()], 2, 1, "Found 1 finding (1 error) in 1 of 2 files. 1 input could not be read."),
 ])
 def test_summary(findings, checked, unreadable, expected):
     assert report.summary(findings, checked, unreadable) == expected
