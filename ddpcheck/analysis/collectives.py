@@ -170,9 +170,9 @@ def param_for_arg(fn: FunctionInfo, call: CallSite, arg: cst.Arg) -> str | None:
     if arg.keyword is not None:
         return arg.keyword.value if arg.keyword.value in fn.params else None
     positional = [a for a in call.node.args if a.keyword is None]
-    if any(a.star for a in positional[: positional.index(arg) + 1]):
+    idx = next((i for i, a in enumerate(positional) if a is arg), None)
+    if idx is None or any(a.star for a in positional[: idx + 1]):
         return None
-    idx = positional.index(arg)
     params = list(fn.params)
     if fn.class_name and params and params[0] in ("self", "cls") and call.receiver is not None:
         params = params[1:]

@@ -52,12 +52,14 @@ class CollectiveInRankBranch(Rule):
                     "evaluation on every rank and reduce the metrics"))
         if e.via is not None:
             forward = "forward" in e.kinds and e.via.startswith("runs the DDP forward")
+            why = ("DDP broadcasts the module's buffers at the start of its forward, a collective"
+                   if forward else "a collective")
             return Hit(e.site.node, message=(
-                f"{e.what} runs on {who} ({guard}), but it {e.via}: "
-                + ("DDP broadcasts buffers in forward, " if forward else "that is a collective ")
-                + "every rank must join it, and the ranks that skip this call never do, so the job hangs"
-            ), fix=("call it on every rank, or pass the unwrapped model (`model.module`) / make the helper skip "
-                    "its collectives when only one rank runs it"))
+                f"{e.what} runs on {who} ({guard}), but it {e.via}: {why} that every rank must join, "
+                "and the ranks that skip this call never do, so the job hangs"
+            ), fix=("pass the unwrapped model (`model.module` / `model_without_ddp`), or call it on every rank"
+                    if forward else
+                    "call it on every rank (outside the rank test) and keep only the printing/saving under it"))
         kinds = ", ".join(sorted(e.kinds))
         return Hit(e.site.node, message=(
             f"{e.what} is a collective ({kinds}) that every rank must call, but it is reached by {who} "
