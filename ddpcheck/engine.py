@@ -34,16 +34,22 @@ class LintSettings:
 # majority of a big repo, which never does, costs almost nothing. Two ways in:
 # it names an API or idiom that only multi-GPU code uses ...
 DDP_SIGNALS = re.compile(
-    r"DistributedSampler|DataParallel|init_process_group|SyncBatchNorm|local_rank|LOCAL_RANK"
-    r"|CUDA_VISIBLE_DEVICES|set_epoch|init_distributed|setup_distributed|ddp_setup|setup_ddp"
+    r"DistributedSampler|DataParallel\s*\(|DataParallel as|init_process_group|SyncBatchNorm|local_rank"
+    r"|LOCAL_RANK|CUDA_VISIBLE_DEVICES|set_epoch|init_distributed|setup_distributed|ddp_setup|setup_ddp"
     r"|save_on_master|torchrun|is_main_process|rank_zero_only"
 )
-# ... or it runs a collective under what looks like a rank test (DDP401's hang).
+# ... or it runs a collective under what looks like a rank test (DDP401's
+# hang). Generic names (`reduce`, `gather`, `scatter`) only count behind a
+# `dist.`-like prefix: functools.reduce and Tensor.scatter are everywhere.
 COLLECTIVE = re.compile(
-    r"\b(barrier|all_reduce|all_gather|broadcast|reduce|gather|scatter|reduce_scatter|all_to_all"
-    r"|all_gather_object|broadcast_object_list|gather_object|scatter_object_list|monitored_barrier)\("
+    r"\b(barrier|all_reduce|all_gather|broadcast|reduce_scatter|all_to_all|all_gather_object"
+    r"|broadcast_object_list|gather_object|scatter_object_list|monitored_barrier)\s*\("
+    r"|\b(dist|distributed|c10d|comm)\.(reduce|gather|scatter)\s*\("
 )
-RANK_TEST = re.compile(r"rank\s*(==|!=|<|>|%|in\b|not in)|rank\(\)\s*(==|!=|<|>)|is_main|is_master|master|rank_zero|is_global_zero")
+RANK_TEST = re.compile(
+    r"\brank\s*(==|!=|<|>|%|in\b|not in)|_rank\s*(==|!=|in\b|not in)|get_rank\(\)"
+    r"|is_main|is_master|master_process|rank_zero|is_global_zero"
+)
 # Local helper modules a script imports are read with a looser test: a
 # `utils.py` whose only hint is `torch.distributed` can still hold the rank
 # guard or save helper a rule needs.
