@@ -77,7 +77,7 @@ class RankBeforeInit(Rule):
     code = "DDP403"
     name = "rank-before-init"
     severity = Severity.ERROR
-    message = ("this needs the default process group, but it runs before init_process_group: it raises "
+    message = ("`get_rank()` / `get_world_size()` / a collective runs before init_process_group: torch raises "
                "\"Default process group has not been initialized\"")
     fix = ("start the process group first (`dist.init_process_group(...)` or your `init_distributed_mode(args)`), "
            "or read the rank from the launcher's environment before that: `int(os.environ[\"RANK\"])`, "
