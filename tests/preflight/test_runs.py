@@ -180,11 +180,11 @@ def test_rank_that_crashes_is_named(preflight_inproc):
 
 def test_rank_that_hangs_is_named_and_killed(preflight_inproc):
     run = preflight_inproc("--gpus", "2", "--model", "fixtures.models.faults:hang_on_rank1",
-                           "--input-shape", "3,32,32", "--timeout", "6", "--format", "json")
+                           "--input-shape", "3,32,32", "--timeout", "8", "--format", "json")
     assert run.code == 1, run.out
     row = run.check("rank 1 hung")
     assert row["status"] == "FAIL"
-    assert "building the model" in row["detail"] and "--timeout 6 s" in row["detail"]
+    assert "building the model" in row["detail"] and "--timeout 8 s" in row["detail"]
     assert "monitoredBarrier" in row["detail"]  # rank 0 named the missing rank too
     ranks = {r["rank"]: r for r in run.json()["ranks"]}
     assert ranks[1]["hung"] and not ranks[0]["hung"]
