@@ -50,13 +50,6 @@ RANK_TEST = re.compile(
     r"\brank\s*(==|!=|<|>|%|in\b|not in)|_rank\s*(==|!=|in\b|not in)|get_rank\(\)"
     r"|is_main|is_master|master_process|rank_zero|is_global_zero"
 )
-# Local helper modules a script imports are read with a looser test: a
-# `utils.py` whose only hint is `torch.distributed` can still hold the rank
-# guard or save helper a rule needs.
-HELPER_SIGNALS = re.compile(
-    r"distributed|DataParallel|process_group|local_rank|LOCAL_RANK|WORLD_SIZE|set_epoch|torchrun"
-    r"|is_main_process|rank_zero|save_on_master|is_master|accelerate"
-)
 PREFILTER = DDP_SIGNALS
 
 
@@ -64,10 +57,6 @@ def might_have_findings(text: str) -> bool:
     if DDP_SIGNALS.search(text) is not None:
         return True
     return COLLECTIVE.search(text) is not None and RANK_TEST.search(text) is not None
-
-
-def might_hold_helpers(text: str) -> bool:
-    return HELPER_SIGNALS.search(text) is not None
 
 
 def read_source(path: str) -> str:

@@ -26,7 +26,7 @@ class Branch:
     """One arm of an `if` around some code (or the code after an early exit,
     which is the negative arm of that `if`)."""
 
-    test: cst.BaseExpression
+    test: cst.BaseExpression = field(repr=False)
     positive: bool
     function: "FunctionInfo | None"
 
@@ -51,7 +51,7 @@ class Ctx:
 
 @dataclass(eq=False)
 class CallSite:
-    node: cst.Call
+    node: cst.Call = field(repr=False)
     func: str | None      # the callee as written, `dist.all_reduce`, `self.model.load_state_dict`
     qual: str | None      # with import aliases resolved, `torch.distributed.all_reduce`
     ctx: Ctx
@@ -101,9 +101,9 @@ def call_arg(node: cst.Call, keyword: str, position: int | None = None) -> cst.B
 @dataclass(eq=False)
 class Assign:
     key: str                       # `model`, `self.model`, `args.batch_size`, `os.environ['X']`
-    value: cst.BaseExpression | None   # None for targets we cannot pair with a value (tuple unpacking)
+    value: cst.BaseExpression | None = field(repr=False)
     ctx: Ctx
-    node: cst.CSTNode
+    node: cst.CSTNode = field(repr=False)
     augmented: str | None = None   # the operator of `x //= n`, else None
     # `a, loader = build(cfg)`: value is None, unpacked is (the right-hand side, 1)
     unpacked: tuple[cst.BaseExpression, int] | None = None
@@ -111,8 +111,8 @@ class Assign:
 
 @dataclass(eq=False)
 class Loop:
-    node: cst.For | cst.While
-    iter: cst.BaseExpression | None   # None for `while`
+    node: cst.For | cst.While = field(repr=False)
+    iter: cst.BaseExpression | None = field(repr=False)
     ctx: Ctx                          # where the loop statement itself is
     targets: tuple[str, ...] = ()
 
@@ -124,7 +124,7 @@ class Loop:
 @dataclass(eq=False)
 class FunctionInfo:
     name: str
-    node: cst.FunctionDef
+    node: cst.FunctionDef = field(repr=False)
     ctx: Ctx                       # where the def statement is
     class_name: str | None
     params: tuple[str, ...]
@@ -141,7 +141,7 @@ class Reference:
     """A use of a name (`main`, `self.save_checkpoint`): how functions are reached."""
 
     name: str
-    node: cst.CSTNode
+    node: cst.CSTNode = field(repr=False)
     ctx: Ctx
     via_attribute: bool
 

@@ -80,15 +80,11 @@ class ProjectIndex:
         from ddpcheck.engine import read_source
         from ddpcheck.findings import SourceError
 
-        from ddpcheck.engine import might_hold_helpers
-
         model = None
         try:
             text = read_source(key)
-            if len(text) > MAX_HELPER_BYTES or not might_hold_helpers(text):
-                # a module that never mentions distributed training holds no
-                # helper a rule could use (and costs nothing to skip)
-                raise SourceError("not relevant")
+            if len(text) > MAX_HELPER_BYTES:
+                raise SourceError("too large for a helper module")
             module = cst.parse_module(text)
             model = build_model(key, module, self.settings)
             model.project = self
