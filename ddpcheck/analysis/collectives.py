@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.analysis.guards import function_worlds
+from ddpcheck.analysis.evaluation import no_grad
 from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.analysis.names import dotted_name
 from ddpcheck.analysis.values import call_site, exclusive, is_ddp_wrap, origins
@@ -276,7 +277,12 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
             continue
         wrap = ddp_forward(model, c)
         if wrap is not None:
-            events.append(Event(c, frozenset({"forward"}), worlds, f"`{c.func}(...)` (DDP forward)"))
+            # Without autograd, DDP's forward only communicates to broadcast
+            # buffers (BatchNorm statistics); whether the model has any is not
+            # in the script (nanoGPT's rank-0 estimate_loss has none), so a
+            # no_grad forward is not judged.
+            if not no_grad(model, c.ctx):
+                events.append(Event(c, frozenset({"forward"}), worlds, f"`{c.func}(...)` (DDP forward)"))
             continue
         target = model.resolve_call(c)
         if target is None or target[1] is fn:
@@ -289,6 +295,8 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
                 continue
             p = param_for_arg(tfn, c, a)
             inner = calls_param(tmodel, tfn, p) if p else None
+            if inner is not None and (no_grad(model, c.ctx) or no_grad(tmodel, inner.ctx)):
+                break   # an evaluation forward: see above
             if inner is not None:
                 events.append(Event(c, frozenset({"forward"}), worlds, _label(c),
                                     via=f"runs the DDP forward of `{dotted_name(a.value)}` "
