@@ -194,9 +194,9 @@ def _env_key(expr: cst.BaseExpression) -> str | None:
 def _literal(expr: cst.BaseExpression):
     """An int (or "0"-like string) literal, a tuple/list/set of them, else None."""
     if isinstance(expr, cst.Integer):
-        return int(expr.value)
+        return expr.evaluated_value   # 0, 0x0, 1_000 alike
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and isinstance(expr.expression, cst.Integer):
-        return -int(expr.expression.value)
+        return -expr.expression.evaluated_value
     if isinstance(expr, cst.SimpleString):
         value = expr.evaluated_value
         if isinstance(value, str) and value.lstrip("-").isdigit():
