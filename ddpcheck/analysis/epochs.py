@@ -19,27 +19,31 @@ class EpochLoop:
     via: CallSite | None     # the call that consumes the loader, when it is a function
 
 
-def function_iterates_param(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0) -> bool:
-    for loop in model.loops:
-        if loop.ctx.function is fn and loop.is_for and param in iterated_keys(loop.iter):
-            return True
+def param_loops(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0) -> list[tuple[ScriptModel, Loop]]:
+    """The `for` loops that iterate a function's parameter, in the function
+    itself or in a local function it hands the parameter on to
+    (`def train(loader): return run_epoch(model, loader)`), two calls deep."""
+    found = [(model, loop) for loop in model.loops
+             if loop.ctx.function is fn and loop.is_for and param in iterated_keys(loop.iter)]
     if depth >= 2:
-        return False
-    # handed on: `def train(loader): return run_epoch(model, loader)`
+        return found
     for call in model.calls_in(fn):
-        idx = _arg_index(call, param)
+        idx = arg_index(call, param)
         if idx is None:
             continue
         target = model.resolve_call(call)
         if target is not None:
-            tmodel, tfn = target
-            p = _param_for(tfn, call, idx)
-            if p and function_iterates_param(tmodel, tfn, p, depth + 1):
-                return True
-    return False
+            p = param_for(target[1], call, idx)
+            if p:
+                found += param_loops(target[0], target[1], p, depth + 1)
+    return found
 
 
-def _arg_index(call: CallSite, name: str) -> int | str | None:
+def function_iterates_param(model: ScriptModel, fn: FunctionInfo, param: str) -> bool:
+    return bool(param_loops(model, fn, param))
+
+
+def arg_index(call: CallSite, name: str) -> int | str | None:
     positional = 0
     for a in call.node.args:
         if a.star:
@@ -51,7 +55,7 @@ def _arg_index(call: CallSite, name: str) -> int | str | None:
     return None
 
 
-def _param_for(fn: FunctionInfo, call: CallSite, idx: int | str) -> str | None:
+def param_for(fn: FunctionInfo, call: CallSite, idx: int | str) -> str | None:
     if isinstance(idx, str):
         return idx if idx in fn.params else None
     params = list(fn.params)
@@ -70,13 +74,13 @@ def epoch_loops(model: ScriptModel, loader_key: str, scope: FunctionInfo | None)
     for call in model.calls_in(scope):
         if not call.ctx.loops:
             continue
-        idx = _arg_index(call, loader_key)
+        idx = arg_index(call, loader_key)
         if idx is None:
             continue
         target = model.resolve_call(call)
         if target is None:
             continue
         tmodel, fn = target
-        param = _param_for(fn, call, idx)
+        param = param_for(fn, call, idx)
         if param and function_iterates_param(tmodel, fn, param):
             yield EpochLoop(call.ctx.loops[-1], call)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.analysis.epochs import _arg_index, _param_for
+from ddpcheck.analysis.epochs import arg_index, param_for, param_loops
 from ddpcheck.analysis.model import CallSite, Ctx, FunctionInfo, Loop, ScriptModel, owner_class
-from ddpcheck.analysis.values import EVAL_NAME, LoaderInfo, iterated_keys
+from ddpcheck.analysis.values import LoaderInfo, iterated_keys
 
 # `testloader`, `valloader`, `val_dl` (tutorial spellings EVAL_NAME leaves out)
 EVAL_LOADER_NAME = re.compile(r"(^|[_.])(val|valid|validation|test|testing|eval|evaluation|dev)(loader|dl|iter|set|data)", re.I)
@@ -59,20 +59,7 @@ def _same_scope(a: Ctx, scope: FunctionInfo | None, key: str) -> bool:
 
 
 def _param_loops(model: ScriptModel, fn: FunctionInfo, param: str, via: CallSite, depth: int) -> list[LoaderLoop]:
-    found = [LoaderLoop(model, loop, via) for loop in model.loops
-             if loop.ctx.function is fn and loop.is_for and param in iterated_keys(loop.iter)]
-    if depth >= 2:
-        return found
-    for call in model.calls_in(fn):
-        idx = _arg_index(call, param)
-        if idx is None:
-            continue
-        target = model.resolve_call(call)
-        if target is not None:
-            p = _param_for(target[1], call, idx)
-            if p:
-                found += _param_loops(target[0], target[1], p, via, depth + 1)
-    return found
+    return [LoaderLoop(m, loop, via) for m, loop in param_loops(model, fn, param, depth)]
 
 
 def _receiving_scopes(model: ScriptModel, loader: LoaderInfo) -> list[FunctionInfo | None]:
@@ -118,13 +105,13 @@ def _loops_in(model: ScriptModel, key: str, scope: FunctionInfo | None) -> list[
     for call in model.calls:
         if not _same_scope(call.ctx, scope, key):
             continue
-        idx = _arg_index(call, key)
+        idx = arg_index(call, key)
         if idx is None:
             continue
         target = model.resolve_call(call)
         if target is None:
             continue
-        param = _param_for(target[1], call, idx)
+        param = param_for(target[1], call, idx)
         if param:
             found += _param_loops(target[0], target[1], param, call, 0)
     return found

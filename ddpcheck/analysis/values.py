@@ -295,6 +295,16 @@ def wraps(model: ScriptModel) -> list[WrapInfo]:
     return result
 
 
+def wraps_before(model: ScriptModel, key: str, site: CallSite, kind: str | None = None) -> list[WrapInfo]:
+    """Wraps of `key` earlier on the same path as `site`: same function, before
+    it in source order, not in the other arm of an `if`."""
+    return [
+        w for w in wraps(model)
+        if w.key == key and (kind is None or w.kind == kind) and w.order < site.ctx.order
+        and w.site.ctx.function is site.ctx.function and not exclusive(w.site.ctx, site.ctx)
+    ]
+
+
 def iterated_keys(expr: cst.BaseExpression | None, depth: int = 0) -> Iterator[str]:
     """Names an iteration runs over: `loader` in `enumerate(tqdm(loader))`,
     `metric_logger.log_every(loader, 10)`, `zip(a, b)`."""

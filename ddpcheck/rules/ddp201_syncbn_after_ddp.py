@@ -6,7 +6,7 @@ from typing import Iterator
 
 from ddpcheck.analysis.model import ScriptModel
 from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import exclusive, is_ddp_wrap, origins, wraps
+from ddpcheck.analysis.values import exclusive, is_ddp_wrap, origins, wraps_before
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -42,11 +42,8 @@ class SyncBNAfterDDP(Rule):
             if key is None:
                 continue
             key = key.removesuffix(".module")
-            for w in wraps(model):
-                if (w.kind == "DistributedDataParallel" and w.key == key and w.order < site.ctx.order
-                        and w.site.ctx.function is site.ctx.function and not exclusive(w.site.ctx, site.ctx)):
-                    yield Hit(site.node, message=self._message(key))
-                    break
+            if wraps_before(model, key, site, kind="DistributedDataParallel"):
+                yield Hit(site.node, message=self._message(key))
 
     def _message(self, name: str) -> str:
         return (f"`{name}` is converted to SyncBatchNorm after it was wrapped in DistributedDataParallel: "

@@ -6,7 +6,7 @@ from typing import Iterator
 
 from ddpcheck.analysis.model import ScriptModel
 from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import exclusive, wraps
+from ddpcheck.analysis.values import exclusive, wraps_before
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -52,22 +52,18 @@ class WrapBeforeLoad(Rule):
             key = dotted_name(site.receiver)
             if key is None or key.endswith(".module"):
                 continue
-            for w in wraps(model):
-                if (w.key == key and w.order < site.ctx.order and w.site.ctx.function is site.ctx.function
-                        and not exclusive(w.site.ctx, site.ctx)):
-                    if _saves_wrapper_state(model, key, w.order) or not _still_wrapped(
-                            model, key, w, site.ctx.order, site.ctx.function):
-                        break
-                    strict = site.arg("strict", 1)
-                    silent = getattr(strict, "value", None) == "False"
-                    consequence = (
-                        "with strict=False nothing matches and the weights are silently NOT loaded"
-                        if silent else
-                        "a plain checkpoint's keys lack the `module.` prefix the wrapper expects, so loading "
-                        "fails with missing/unexpected keys"
-                    )
-                    yield Hit(site.node, message=(
-                        f"`{key}` is already wrapped in {w.kind} when its weights are loaded: "
-                        f"{consequence}"
-                    ))
+            for w in wraps_before(model, key, site):
+                if _saves_wrapper_state(model, key, w.order) or not _still_wrapped(
+                        model, key, w, site.ctx.order, site.ctx.function):
                     break
+                silent = getattr(site.arg("strict", 1), "value", None) == "False"
+                consequence = (
+                    "with strict=False nothing matches and the weights are silently NOT loaded"
+                    if silent else
+                    "a plain checkpoint's keys lack the `module.` prefix the wrapper expects, so loading "
+                    "fails with missing/unexpected keys"
+                )
+                yield Hit(site.node, message=(
+                    f"`{key}` is already wrapped in {w.kind} when its weights are loaded: {consequence}"
+                ))
+                break
