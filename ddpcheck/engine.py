@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddpcheck.findings import FileResult, Finding, SourceError
+from ddpcheck.findings import FileResult, Finding, PartialAnalysis, SourceError
 
 
 @dataclass(frozen=True)
@@ -87,6 +87,10 @@ def lint_path(path: str, settings: LintSettings) -> FileResult:
         findings = lint_source(text, path, settings)
     except SourceError as exc:
         return FileResult(path=path, error=str(exc))
+    except PartialAnalysis as exc:
+        from ddpcheck.noqa import apply_noqa
+
+        return FileResult(path=path, findings=tuple(apply_noqa(exc.findings, text)), error=str(exc))
     return FileResult(path=path, findings=tuple(findings))
 
 

@@ -48,6 +48,15 @@ class SourceError(Exception):
     prefixes it."""
 
 
+class PartialAnalysis(Exception):
+    """A rule crashed on this file (a bug in ddpcheck): the other rules'
+    findings are still good and are kept; the crash is reported as an error."""
+
+    def __init__(self, findings: list, message: str) -> None:
+        super().__init__(message)
+        self.findings = findings
+
+
 @dataclass(frozen=True)
 class FileResult:
     path: str

@@ -10,7 +10,7 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpcheck.analysis.builder import build_model
 from ddpcheck.analysis.project import ProjectIndex
-from ddpcheck.findings import Finding, SourceError
+from ddpcheck.findings import Finding, PartialAnalysis, SourceError
 
 
 def parse(text: str) -> cst.Module:
@@ -35,15 +35,25 @@ def analyze(text: str, path: str, settings) -> list[Finding]:
     model = build_model(path, module, settings)
     model.project = ProjectIndex(settings)
     hits = []
+    crashed = []
     for code in sorted(settings.enabled):
         rule_cls = REGISTRY.get(code)
         if rule_cls is None:
             continue
         rule = rule_cls()
-        for hit in rule.check(model):
-            hits.append((rule, hit))
-    if not hits:
-        return []
+        try:
+            hits.extend((rule, hit) for hit in rule.check(model))
+        except RecursionError:
+            crashed.append(f"{code} (too deeply nested)")
+        except Exception as exc:  # a bug in one rule must not hide the others' findings
+            crashed.append(f"{code} ({type(exc).__name__}: {exc})")
+    findings = _findings(module, path, hits) if hits else []
+    if crashed:
+        raise PartialAnalysis(findings, f"internal error in {', '.join(crashed)}; please report this")
+    return findings
+
+
+def _findings(module: cst.Module, path: str, hits: list) -> list[Finding]:
     positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
     findings = {}
     for rule, hit in hits:
