@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from typing import Iterator
 
 from ddpcheck.analysis.distributed import runs_distributed
 from ddpcheck.analysis.guards import function_worlds
+from ddpcheck.analysis.names import dotted_name
 from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.analysis.reach import other_ranks_reach, unguarded_caller
 from ddpcheck.analysis.worlds import DN
@@ -31,6 +33,29 @@ def checkpoint_write(site: CallSite) -> str | None:
     return None
 
 
+PER_RANK = re.compile(r"rank|process_index|gpu_id|local_gpu")
+
+
+def per_rank_target(model: ScriptModel, site: CallSite, kind: str) -> bool:
+    """The write goes to a path of its own on each rank (`f"queue{rank}.pth"`,
+    `log_dir=f"runs/rank{args.rank}"`): deliberate per-rank state, not N
+    processes fighting over one file."""
+    if kind == "save":
+        target = site.arg("f", 1)
+    elif kind == "SummaryWriter":
+        target = site.arg("log_dir", 0)
+    else:
+        return False
+    if target is None:
+        return False
+    texts = [model.module.code_for_node(target)]
+    key = dotted_name(target)
+    if key is not None:
+        texts += [model.module.code_for_node(a.value)
+                  for a in model.assignments(key, site.ctx.function) if a.value is not None]
+    return any(PER_RANK.search(t) for t in texts)
+
+
 def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> CallSite | None:
     """A write a function performs whatever rank calls it (no guard inside)."""
     if DN not in function_worlds(model, fn):
@@ -38,7 +63,7 @@ def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -
     for c in model.calls_in(fn):
         if DN not in model.worlds(c.ctx):
             continue
-        if checkpoint_write(c):
+        if checkpoint_write(c) and not per_rank_target(model, c, checkpoint_write(c)):
             return c
         if depth < 2:
             target = model.resolve_call(c)
@@ -62,7 +87,7 @@ class UnguardedSave(Rule):
         for site in model.calls:
             kind = checkpoint_write(site)
             if kind is not None:
-                if other_ranks_reach(model, site.ctx):
+                if other_ranks_reach(model, site.ctx) and not per_rank_target(model, site, kind):
                     what = site.func or "this call"
                     fn = site.ctx.function
                     via = ""

@@ -42,6 +42,17 @@ def _uses_deepspeed(model: ScriptModel) -> bool:
     return any(v == "deepspeed" or v.startswith("deepspeed.") for v in model.imports.aliases.values())
 
 
+def _option_read(model: ScriptModel, dest: str) -> bool:
+    """`args.local_rank` (or `opt.local_rank`, `getattr(args, "local_rank")`)
+    is read somewhere in the script or a local helper it calls."""
+    def used(m: ScriptModel) -> bool:
+        if any(r.via_attribute for r in m.references.get(dest, [])):
+            return True
+        return any(c.attr == "getattr" or c.func == "getattr" for c in m.calls
+                   if len(c.node.args) >= 2 and dest in m.module.code_for_node(c.node.args[1].value))
+    return used(model) or any(used(m) for m, _fn, _ in model.callees(model.calls, depth=3) if m is not model)
+
+
 @register
 class LocalRankArg(Rule):
     code = "DDP501"
@@ -64,6 +75,8 @@ class LocalRankArg(Rule):
         if starts_own_workers(model) or _uses_deepspeed(model) or reads_local_rank_env(model):
             return
         for o in underscore:
+            if not _option_read(model, o.dest):
+                continue   # declared for old launchers, never used: the rank comes from elsewhere
             default = model.module.code_for_node(o.default).strip() if o.default is not None else "None"
             yield Hit(o.site.node, message=(
                 f"`--local_rank` is the only spelling accepted here and nothing reads LOCAL_RANK from the "

@@ -9,7 +9,8 @@ PARSER = "import argparse\nimport os\nimport torch.distributed as dist\nparser =
 
 
 def test_message_names_the_option_and_its_default():
-    src = PARSER + 'parser.add_argument("--local_rank", type=int, default=-1)\nargs = parser.parse_args()\n'
+    src = PARSER + ('parser.add_argument("--local_rank", type=int, default=-1)\nargs = parser.parse_args()\n'
+                    'device = args.local_rank\n')
     (f,) = findings("DDP501", src)
     assert f.line == 5 and f.severity.name == "ERROR"
     assert "--local-rank=N" in f.message and "unrecognized arguments" in f.message
@@ -67,6 +68,16 @@ def test_env_read_in_a_local_helper(tmp_path):
                      'args = parser.parse_args()\nimport misc\nmisc.init_distributed_mode(args)\n')
     assert lint_path(str(train), LintSettings(enabled=frozenset({"DDP501"}))).findings == ()
     train.write_text(PARSER + 'parser.add_argument("--local_rank", type=int, default=0)\n'
-                     'args = parser.parse_args()\nimport misc\n')
+                     'args = parser.parse_args()\nimport misc\ngpu = args.local_rank\n')
     result = lint_path(str(train), LintSettings(enabled=frozenset({"DDP501"})))
     assert [f.line for f in result.findings] == [5]   # a helper nobody calls is no fallback
+
+
+def test_an_option_nobody_reads_is_not_reported():
+    """swav declares `--local_rank` "to be ignored" and takes the rank from the
+    environment: under torchrun it works."""
+    src = PARSER + ('parser.add_argument("--local_rank", type=int, default=0, help="unused, ignored")\n'
+                    'args = parser.parse_args()\nrank = int(os.environ["RANK"])\n')
+    assert lines("DDP501", src) == []
+    assert lines("DDP501", src + "gpu = args.local_rank\n") == [5]
+    assert lines("DDP501", src + 'gpu = getattr(args, "local_rank")\n') == [5]
