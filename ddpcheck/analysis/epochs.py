@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
+import libcst as cst
+
 from ddpcheck.analysis.model import CallSite, FunctionInfo, Loop, ScriptModel
 from ddpcheck.analysis.names import dotted_name
 from ddpcheck.analysis.values import iterated_keys
@@ -84,3 +86,43 @@ def epoch_loops(model: ScriptModel, loader_key: str, scope: FunctionInfo | None)
         param = param_for(fn, call, idx)
         if param and function_iterates_param(tmodel, fn, param):
             yield EpochLoop(call.ctx.loops[-1], call)
+
+
+def instance_epoch_loops(model: ScriptModel, loader_key: str,
+                         scope: FunctionInfo | None) -> Iterator[tuple[EpochLoop, str]]:
+    """The PyTorch DDP tutorial's layout: the loader is handed to a class of
+    the file (`Trainer(model, train_data, ...)`), kept as `self.train_data`,
+    iterated in one method (`_run_epoch`) and driven per epoch by another
+    (`for epoch in range(max_epochs): self._run_epoch(epoch)`). Yields each
+    such epoch loop with the attribute that holds the loader."""
+    for call in model.calls_in(scope):
+        func = call.node.func
+        if not isinstance(func, cst.Name) or func.value not in model.class_names:
+            continue
+        idx = arg_index(call, loader_key)
+        init = model.functions_named("__init__", func.value)
+        if idx is None or not init:
+            continue
+        params = list(init[-1].params)[1:]   # drop `self`
+        param = idx if isinstance(idx, str) else (params[idx] if idx < len(params) else None)
+        if param is None:
+            continue
+        for a in model.assigns_in(init[-1]):
+            if a.key.startswith("self.") and a.value is not None and dotted_name(a.value) == param:
+                yield from ((e, a.key) for e in _method_epoch_loops(model, func.value, a.key))
+
+
+def _method_epoch_loops(model: ScriptModel, cls: str, attr: str) -> Iterator[EpochLoop]:
+    methods = [f for f in model.functions if f.class_name == cls]
+    iterating = {id(f) for f in methods
+                 if any(l.ctx.function is f and l.is_for and attr in iterated_keys(l.iter) for l in model.loops)}
+    for f in methods:
+        for loop in model.loops:
+            if loop.ctx.function is f and loop.is_for and attr in iterated_keys(loop.iter) and loop.ctx.loops:
+                yield EpochLoop(loop.ctx.loops[-1], None)
+        for call in model.calls_in(f):
+            if not call.ctx.loops:
+                continue
+            target = model.resolve_call(call)
+            if target is not None and target[0] is model and id(target[1]) in iterating:
+                yield EpochLoop(call.ctx.loops[-1], call)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.analysis.epochs import epoch_loops
+from ddpcheck.analysis.epochs import epoch_loops, instance_epoch_loops
 from ddpcheck.analysis.model import ScriptModel
 from ddpcheck.analysis.names import dotted_name
 from ddpcheck.analysis.values import loaders, returned_loaders
@@ -37,19 +37,25 @@ class MissingSetEpoch(Rule):
             for k in loader.batch_sampler_keys:
                 accepted |= {k, k + ".sampler"}
             reported = set()
-            for epoch in epoch_loops(model, loader.key, loader.scope):
+            found = [(e, loader.key) for e in epoch_loops(model, loader.key, loader.scope)]
+            found += list(instance_epoch_loops(model, loader.key, loader.scope))
+            for epoch, held_as in found:
+                if held_as != loader.key:   # kept on an instance: `self.train_data.sampler.set_epoch(e)`
+                    accepted = accepted | {held_as + s for s in (".sampler", ".batch_sampler", ".batch_sampler.sampler")}
                 if id(epoch.loop) in reported or _sets_epoch(model, epoch.loop, accepted, known):
                     continue
                 reported.add(id(epoch.loop))
-                sampler = next((s.key for s in shuffling if s.key), f"{loader.key}.sampler")
+                # name the sampler the way this loop can reach it
+                sampler = (f"{held_as}.sampler" if held_as != loader.key
+                           else next((s.key for s in shuffling if s.key), f"{loader.key}.sampler"))
                 yield Hit(
                     epoch.loop.node,
                     message=(
-                        f"`{loader.key}` draws from a shuffling DistributedSampler but this epoch loop never "
+                        f"`{held_as}` draws from a shuffling DistributedSampler but this epoch loop never "
                         f"calls `{sampler}.set_epoch(...)`: the sampler seeds its shuffle with the epoch, so "
                         "every epoch replays the epoch-0 order on every rank"
                     ),
-                    fix=f"call `{sampler}.set_epoch(epoch)` at the top of this loop, before iterating `{loader.key}`",
+                    fix=f"call `{sampler}.set_epoch(epoch)` at the top of this loop, before iterating `{held_as}`",
                 )
 
 
