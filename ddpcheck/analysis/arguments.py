@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ddpcheck.analysis.names import string_value
 from ddpcheck.analysis.model import CallSite, ScriptModel
 
 
@@ -23,11 +24,6 @@ class Option:
         return self.site.arg("default")
 
 
-def _string(expr) -> str | None:
-    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-        value = expr.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 def options(model: ScriptModel) -> list[Option]:
@@ -38,13 +34,13 @@ def options(model: ScriptModel) -> list[Option]:
     for site in model.calls:
         if site.attr != "add_argument":
             continue
-        flags = tuple(s for s in (_string(a.value) for a in site.node.args if a.keyword is None) if s)
+        flags = tuple(s for s in (string_value(a.value) for a in site.node.args if a.keyword is None) if s)
         if not flags:
             continue
-        dest = _string(site.arg("dest"))
+        dest = string_value(site.arg("dest"))
         if dest is None:
             longs = [f for f in flags if f.startswith("--")]
             dest = (longs[0] if longs else flags[0]).lstrip("-").replace("-", "_")
-        found.append(Option(site, flags, dest, _string(site.arg("help")) or ""))
+        found.append(Option(site, flags, dest, string_value(site.arg("help")) or ""))
     model._memo[memo] = found
     return found

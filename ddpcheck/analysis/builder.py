@@ -21,17 +21,12 @@ import libcst as cst
 from ddpcheck.analysis.model import (
     Assign, Branch, CallSite, Ctx, FunctionInfo, Loop, Reference, ScriptModel,
 )
-from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.names import dotted_name, string_value
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
 _ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
 
 
-def _string(expr) -> str | None:
-    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-        value = expr.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 def target_keys(node: cst.BaseExpression) -> list[str]:
@@ -252,7 +247,7 @@ class ScriptBuilder:
         self.m.calls.append(site)
         self.m.site_of[id(node)] = site
         if site.qual in _ENV_READ_CALLS and node.args:
-            self._env_read(_string(node.args[0].value))
+            self._env_read(string_value(node.args[0].value))
 
     def _env_read(self, name: str | None) -> None:
         if name:
@@ -459,7 +454,7 @@ class ScriptBuilder:
     def _walk_comparison(self, node: cst.Comparison) -> None:
         for target in node.comparisons:
             if isinstance(target.operator, (cst.In, cst.NotIn)) and self._is_environ(target.comparator):
-                self._env_read(_string(node.left))
+                self._env_read(string_value(node.left))
         self.walk_children(node)
 
     def _walk_del(self, node: cst.Del) -> None:
@@ -475,7 +470,7 @@ class ScriptBuilder:
         if not self._is_environ(node.value) or len(node.slice) != 1:
             return None
         idx = node.slice[0].slice
-        return _string(idx.value) if isinstance(idx, cst.Index) else None
+        return string_value(idx.value) if isinstance(idx, cst.Index) else None
 
     def _ref_ctx(self) -> Ctx:
         # Names are the most frequent nodes: references share one Ctx until the

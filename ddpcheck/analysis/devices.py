@@ -20,7 +20,7 @@ from ddpcheck.analysis.arguments import options
 from ddpcheck.analysis.distributed import init_calls, is_init_call
 from ddpcheck.analysis.guards import is_rank_expr
 from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel, owner_class
-from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.names import dotted_name, string_value
 
 PER_RANK = "per_rank"
 FIXED = "fixed"
@@ -40,11 +40,6 @@ CUDA_INIT_FUNCS = {
 DEVICE_HELPER_NAME = re.compile(r"(set|setup|set_up|init|select|choose|assign)_?(cuda_?)?(device|gpu)", re.I)
 
 
-def _string(expr) -> str | None:
-    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-        value = expr.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 def _cuda_string_kind(text: str) -> str | None:
@@ -61,7 +56,7 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
     here (the argument of `.to(...)`, `.cuda(...)`, `torch.device("cuda", i)`)."""
     if expr is None or depth > 4:
         return NOTHING
-    s = _string(expr)
+    s = string_value(expr)
     if s is not None:
         k = _cuda_string_kind(s)
         return frozenset({k}) if k else NOTHING
@@ -71,7 +66,7 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
             return frozenset({PER_RANK}) if len(expr.parts) > 1 else frozenset({FIXED})
         return NOTHING
     if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
-        left = _string(expr.left)
+        left = string_value(expr.left)
         return frozenset({PER_RANK}) if left and left.startswith("cuda") else NOTHING
     if isinstance(expr, cst.IfExp):
         return (device_kinds(model, expr.body, scope, depth + 1, ordinal)
@@ -81,7 +76,7 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
     if isinstance(expr, cst.Call):
         func = expr.func
         if isinstance(func, cst.Attribute) and func.attr.value == "format":
-            base = _string(func.value)
+            base = string_value(func.value)
             return frozenset({PER_RANK}) if base and base.startswith("cuda") else NOTHING
         q = model.qualify(func) or ""
         if q == "torch.device":
@@ -235,7 +230,7 @@ def _strings(model: ScriptModel, expr, scope, depth: int = 0) -> frozenset[str] 
     """Literal strings an expression can hold; None when unknown."""
     if expr is None or depth > 4:
         return None
-    s = _string(expr)
+    s = string_value(expr)
     if s is not None:
         return frozenset({s.lower()})
     if isinstance(expr, cst.IfExp):
@@ -269,7 +264,7 @@ def _strings(model: ScriptModel, expr, scope, depth: int = 0) -> frozenset[str] 
         dest = d.rpartition(".")[2]
         for opt in options(model):
             if opt.dest == dest:
-                default = _string(opt.default)
+                default = string_value(opt.default)
                 return frozenset({default.lower()}) if default else None
     return None
 

@@ -10,14 +10,9 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.analysis.model import Ctx, FunctionInfo, ScriptModel
-from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.names import dotted_name, string_value
 
 
-def _string(expr) -> str | None:
-    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
-        value = expr.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 def _is_environ(model: ScriptModel, expr: cst.BaseExpression) -> bool:
@@ -29,7 +24,7 @@ def _subscript_key(model: ScriptModel, node: cst.Subscript) -> str | None:
     if not _is_environ(model, node.value) or len(node.slice) != 1:
         return None
     idx = node.slice[0].slice
-    return _string(idx.value) if isinstance(idx, cst.Index) else None
+    return string_value(idx.value) if isinstance(idx, cst.Index) else None
 
 
 def env_reads(model: ScriptModel) -> dict[str, list[FunctionInfo | None]]:
@@ -62,7 +57,7 @@ def env_writes(model: ScriptModel, name: str) -> list[EnvWrite]:
             found.append(EnvWrite(name, a.node, a.ctx, "assignment"))
     for c in model.calls:
         q = c.qual or ""
-        if q in ("os.environ.setdefault", "os.putenv") and c.node.args and _string(c.node.args[0].value) == name:
+        if q in ("os.environ.setdefault", "os.putenv") and c.node.args and string_value(c.node.args[0].value) == name:
             found.append(EnvWrite(name, c.node, c.ctx, q.rpartition(".")[2]))
         elif q == "os.environ.update" and _update_sets(c.node, name):
             found.append(EnvWrite(name, c.node, c.ctx, "update"))
@@ -77,7 +72,7 @@ def _update_sets(node: cst.Call, name: str) -> bool:
             return True
         if a.keyword is None and isinstance(a.value, cst.Dict):
             for el in a.value.elements:
-                if isinstance(el, cst.DictElement) and _string(el.key) == name:
+                if isinstance(el, cst.DictElement) and string_value(el.key) == name:
                     return True
     return False
 

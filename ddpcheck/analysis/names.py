@@ -22,6 +22,14 @@ def dotted_name(node: cst.BaseExpression) -> str | None:
     return None
 
 
+def string_value(expr) -> str | None:
+    """The text of a string literal (`"nccl"`, `'a' 'b'`), else None."""
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        value = expr.evaluated_value
+        return value if isinstance(value, str) else None
+    return None
+
+
 def module_dotted(node: cst.BaseExpression | None) -> str:
     if node is None:
         return ""
