@@ -50,7 +50,6 @@ RANK_TEST = re.compile(
     r"\brank\s*(==|!=|<|>|%|in\b|not in)|_rank\s*(==|!=|in\b|not in)|get_rank\(\)"
     r"|is_main|is_master|master_process|rank_zero|is_global_zero"
 )
-PREFILTER = DDP_SIGNALS
 
 
 def might_have_findings(text: str) -> bool:

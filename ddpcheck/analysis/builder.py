@@ -21,7 +21,7 @@ import libcst as cst
 from ddpcheck.analysis.model import (
     Assign, Branch, CallSite, Ctx, FunctionInfo, Loop, Reference, ScriptModel,
 )
-from ddpcheck.analysis.names import dotted_name, string_value
+from ddpcheck.analysis.names import dotted_name, environ_key, is_environ, string_value
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
 _ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
@@ -444,7 +444,7 @@ class ScriptBuilder:
 
     def _walk_subscript(self, node: cst.Subscript) -> None:
         if not self.in_target:
-            self._env_read(self._environ_key(node))
+            self._env_read(environ_key(self.m.imports, node))
         in_target, self.in_target = self.in_target, False
         self.walk(node.value)
         for el in node.slice:
@@ -453,7 +453,7 @@ class ScriptBuilder:
 
     def _walk_comparison(self, node: cst.Comparison) -> None:
         for target in node.comparisons:
-            if isinstance(target.operator, (cst.In, cst.NotIn)) and self._is_environ(target.comparator):
+            if isinstance(target.operator, (cst.In, cst.NotIn)) and is_environ(self.m.imports, target.comparator):
                 self._env_read(string_value(node.left))
         self.walk_children(node)
 
@@ -461,16 +461,6 @@ class ScriptBuilder:
         self.in_target = True
         self.walk(node.target)
         self.in_target = False
-
-    def _is_environ(self, expr: cst.BaseExpression) -> bool:
-        d = dotted_name(expr)
-        return bool(d) and self.m.imports.qualify(d) == "os.environ"
-
-    def _environ_key(self, node: cst.Subscript) -> str | None:
-        if not self._is_environ(node.value) or len(node.slice) != 1:
-            return None
-        idx = node.slice[0].slice
-        return string_value(idx.value) if isinstance(idx, cst.Index) else None
 
     def _ref_ctx(self) -> Ctx:
         # Names are the most frequent nodes: references share one Ctx until the

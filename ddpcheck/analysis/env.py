@@ -10,21 +10,8 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.analysis.model import Ctx, FunctionInfo, ScriptModel
-from ddpcheck.analysis.names import dotted_name, string_value
+from ddpcheck.analysis.names import string_value
 
-
-
-
-def _is_environ(model: ScriptModel, expr: cst.BaseExpression) -> bool:
-    d = dotted_name(expr)
-    return bool(d) and model.imports.qualify(d) == "os.environ"
-
-
-def _subscript_key(model: ScriptModel, node: cst.Subscript) -> str | None:
-    if not _is_environ(model, node.value) or len(node.slice) != 1:
-        return None
-    idx = node.slice[0].slice
-    return string_value(idx.value) if isinstance(idx, cst.Index) else None
 
 
 def env_reads(model: ScriptModel) -> dict[str, list[FunctionInfo | None]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.analysis.names import dotted_name
+from ddpcheck.analysis.names import dotted_name, environ_key, string_value
 from ddpcheck.analysis.worlds import (
     ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
 )
@@ -134,7 +134,7 @@ def _call_condition(model, call: cst.Call, scope) -> Condition:
         if attr in MAIN_PREDICATES:
             return Condition.exactly(MAIN)
     # A helper of the user's: judge what it returns.
-    site = _site(model, call)
+    site = model.site_of.get(id(call))
     target = model.resolve_call(site) if site is not None else None
     if target is not None:
         tmodel, fn = target
@@ -149,10 +149,6 @@ def _call_condition(model, call: cst.Call, scope) -> Condition:
     return UNKNOWN
 
 
-def _site(model, call: cst.Call):
-    return model.site_of.get(id(call))
-
-
 # -- rank comparisons ----------------------------------------------------------
 
 def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool:
@@ -163,14 +159,10 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool
         if last == "int" and expr.args:
             return is_rank_expr(model, expr.args[0].value, scope, depth)
         if last in ("get", "getenv") and expr.args:
-            return _env_key(expr.args[0].value) in RANK_ENV
+            return string_value(expr.args[0].value) in RANK_ENV
         return False
     if isinstance(expr, cst.Subscript):
-        base = dotted_name(expr.value)
-        if base and model.imports.qualify(base) == "os.environ" and len(expr.slice) == 1:
-            idx = expr.slice[0].slice
-            return isinstance(idx, cst.Index) and _env_key(idx.value) in RANK_ENV
-        return False
+        return environ_key(model.imports, expr) in RANK_ENV
     if isinstance(expr, (cst.Name, cst.Attribute)):
         last = _last(model, expr)
         if last in RANK_NAMES or (last and last.endswith("_rank") and last != "node_rank"):
@@ -182,13 +174,6 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool
                 a.value is not None and is_rank_expr(model, a.value, a.ctx.function, depth + 1) for a in assigns
             )
     return False
-
-
-def _env_key(expr: cst.BaseExpression) -> str | None:
-    if isinstance(expr, cst.SimpleString):
-        value = expr.evaluated_value
-        return value if isinstance(value, str) else None
-    return None
 
 
 def _literal(expr: cst.BaseExpression):

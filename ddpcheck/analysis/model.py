@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 import libcst as cst
 
 from ddpcheck.analysis.names import ImportTable, dotted_name
-from ddpcheck.analysis.worlds import ALL, Condition
+from ddpcheck.analysis.worlds import ALL
 
 if TYPE_CHECKING:  # pragma: no cover
     from ddpcheck.analysis.project import ProjectIndex
@@ -283,11 +283,6 @@ class ScriptModel:
             cond = condition_of(self, b.test, b.function)
             result &= cond.true_branch if b.positive else cond.false_branch
         return result
-
-    def condition(self, expr: cst.BaseExpression, scope: FunctionInfo | None) -> Condition:
-        from ddpcheck.analysis.guards import condition_of
-
-        return condition_of(self, expr, scope)
 
     # -- cross-file -----------------------------------------------------------
     def resolve_call(self, call: CallSite) -> tuple["ScriptModel", FunctionInfo] | None:

@@ -88,6 +88,20 @@ class ImportTable:
         return name.split(".")[0] in self.aliases
 
 
+def is_environ(imports: "ImportTable", expr: cst.BaseExpression) -> bool:
+    """`os.environ`, however `os` or `environ` was imported."""
+    d = dotted_name(expr)
+    return bool(d) and imports.qualify(d) == "os.environ"
+
+
+def environ_key(imports: "ImportTable", node: cst.Subscript) -> str | None:
+    """"LOCAL_RANK" for `os.environ["LOCAL_RANK"]`, else None."""
+    if not is_environ(imports, node.value) or len(node.slice) != 1:
+        return None
+    idx = node.slice[0].slice
+    return string_value(idx.value) if isinstance(idx, cst.Index) else None
+
+
 def last(qualname: str) -> str:
     return qualname.rpartition(".")[2]
 

@@ -16,11 +16,9 @@ D0 = "D0"  # rank 0 of a distributed job
 DN = "DN"  # a non-zero rank of a distributed job
 S = "S"    # a single, non-distributed process
 
-Worlds = frozenset
 ALL: frozenset[str] = frozenset({D0, DN, S})
 NONE: frozenset[str] = frozenset()
 MAIN: frozenset[str] = frozenset({D0, S})     # `if rank == 0` / `is_main_process()`
-OTHERS: frozenset[str] = frozenset({DN})      # `if rank != 0`
 DISTRIBUTED: frozenset[str] = frozenset({D0, DN})  # `if args.distributed`
 SINGLE: frozenset[str] = frozenset({S})        # `if not args.distributed`
 
@@ -69,10 +67,6 @@ def only_some_ranks(worlds: frozenset[str]) -> bool:
     """Reached by rank 0 or by the other ranks of a distributed job, not both."""
     dist = worlds & DISTRIBUTED
     return len(dist) == 1
-
-
-def non_zero_ranks_reach(worlds: frozenset[str]) -> bool:
-    return DN in worlds
 
 
 def describe(worlds: frozenset[str]) -> str:
