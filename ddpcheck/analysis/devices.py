@@ -149,21 +149,7 @@ def initialises_cuda(model: ScriptModel, site: CallSite) -> bool:
 
 def function_cuda_init(model: ScriptModel, fn: FunctionInfo | None) -> CallSite | None:
     """The first call in `fn` that initialises CUDA, itself or in a helper it calls."""
-    memo = ("cuda_init", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
-    model._memo[memo] = None
-    result = None
-    for c in model.calls_in(fn):
-        if initialises_cuda(model, c):
-            result = c
-            break
-        target = model.resolve_call(c)
-        if target is not None and target[1] is not fn and function_cuda_init(*target) is not None:
-            result = c
-            break
-    model._memo[memo] = result
-    return result
+    return model.first_call_reaching(fn, initialises_cuda, "cuda_init")
 
 
 # -- picking the GPU per rank ----------------------------------------------------------
@@ -180,21 +166,7 @@ def sets_device_call(model: ScriptModel, site: CallSite) -> bool:
 
 
 def function_sets_device(model: ScriptModel, fn: FunctionInfo | None) -> bool:
-    memo = ("sets_device", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
-    model._memo[memo] = False
-    result = False
-    for c in model.calls_in(fn):
-        if sets_device_call(model, c):
-            result = True
-            break
-        target = model.resolve_call(c)
-        if target is not None and target[1] is not fn and function_sets_device(*target):
-            result = True
-            break
-    model._memo[memo] = result
-    return result
+    return model.first_call_reaching(fn, sets_device_call, "sets_device") is not None
 
 
 def script_sets_device(model: ScriptModel) -> bool | None:

@@ -318,6 +318,27 @@ class ScriptModel:
                     return self.project.resolve_function(self.path, target, level, func.attr.value)
         return None
 
+    def first_call_reaching(self, fn: FunctionInfo | None, test, tag: str) -> CallSite | None:
+        """The first call in `fn` for which `test(model, call)` holds, or that
+        leads to one through local helpers (memoised under `tag`; recursion
+        reads as "no")."""
+        memo = (tag, id(fn))
+        if memo in self._memo:
+            return self._memo[memo]
+        self._memo[memo] = None
+        result = None
+        for c in self.calls_in(fn):
+            if test(self, c):
+                result = c
+                break
+            target = self.resolve_call(c)
+            if target is not None and target[1] is not fn and \
+                    target[0].first_call_reaching(target[1], test, tag) is not None:
+                result = c
+                break
+        self._memo[memo] = result
+        return result
+
     def callees(self, calls: Iterable[CallSite], depth: int = 3) -> Iterator[tuple["ScriptModel", FunctionInfo, CallSite]]:
         """Functions reached from `calls` (resolved, transitively, `depth` deep),
         with the call in *this* file that leads there."""
