@@ -63,7 +63,8 @@ def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -
     for c in model.calls_in(fn):
         if DN not in model.worlds(c.ctx):
             continue
-        if checkpoint_write(c) and not per_rank_target(model, c, checkpoint_write(c)):
+        kind = checkpoint_write(c)
+        if kind and not per_rank_target(model, c, kind):
             return c
         if depth < 2:
             target = model.resolve_call(c)
