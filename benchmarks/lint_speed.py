@@ -24,10 +24,11 @@ from pathlib import Path
 
 import libcst
 
-from ddpcheck.config import known_codes
-from ddpcheck.discovery import discover
-from ddpcheck.engine import LintSettings, might_have_findings
-from ddpcheck.runner import default_jobs, lint_files
+from ddpcheck.lint.config import known_codes
+from ddpcheck.lint.discovery import discover
+from ddpcheck.settings import LintSettings
+from ddpcheck.lint.engine import might_have_findings
+from ddpcheck.lint.runner import default_jobs, lint_files
 
 
 def torch_source_dir() -> Path:

@@ -65,7 +65,7 @@ def _use_color(no_color: bool, output_format: str) -> bool:
               help="Worker processes. [default: number of CPUs]")
 def lint(paths, select, ignore, output_format, fail_on, statistics, quiet, no_color, config_path, jobs) -> None:
     """Check training scripts for DDP pitfalls (PATHS: files or folders, default `.`)."""
-    from ddpcheck.lint_command import LintOptions, run_lint
+    from ddpcheck.lint.command import LintOptions, run_lint
 
     if statistics and output_format == "github":
         raise click.UsageError("--statistics works with --format text or json")

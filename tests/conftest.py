@@ -60,7 +60,7 @@ def fake_analyze(text: str, path: str, settings) -> list[Finding]:
 
 @pytest.fixture
 def fake_rules(monkeypatch):
-    import ddpcheck.analysis.run as run
+    import ddpcheck.lint.analyze as run
 
     for marker, (code, name, severity) in FAKE_MARKERS.items():
         monkeypatch.setitem(REGISTRY, code, _fake_rule(code, name, severity))

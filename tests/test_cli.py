@@ -10,7 +10,7 @@ from click.testing import CliRunner
 import ddpcheck
 from ddpcheck import cli
 from ddpcheck.rules.base import REGISTRY
-from ddpcheck.runner import IN_PROCESS_MAX_FILES
+from ddpcheck.lint.runner import IN_PROCESS_MAX_FILES
 from tests.conftest import (MISSING_SET_EPOCH, PREAMBLE, REPO, UNGUARDED_SAVE, WITH_SET_EPOCH, GUARDED_SAVE,
                             ddpcheck_cmd, needs_rule, write)
 
@@ -189,7 +189,7 @@ def test_lint_never_imports_torch(tmp_path):
         f"    main(['lint', {str(script)!r}, '--jobs', '1'])\n"
         "except SystemExit as exit:\n"
         "    assert 'torch' not in sys.modules, 'lint imported torch'\n"
-        "    assert 'ddpcheck.analysis.run' in sys.modules, 'nothing was analysed'\n"
+        "    assert 'ddpcheck.lint.analyze' in sys.modules, 'nothing was analysed'\n"
         "    print('exit', exit.code)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)

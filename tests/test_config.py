@@ -6,9 +6,9 @@ import pytest
 from click.testing import CliRunner
 
 from ddpcheck.cli import main
-from ddpcheck.config import ConfigError, find_pyproject, load_config, resolve_enabled
+from ddpcheck.lint.config import ConfigError, find_pyproject, load_config, resolve_enabled
 from ddpcheck.findings import Severity
-from ddpcheck.lint_command import LintOptions, file_settings, plan
+from ddpcheck.lint.command import LintOptions, file_settings, plan
 from ddpcheck.rules.base import REGISTRY
 from tests.conftest import PREAMBLE, write
 

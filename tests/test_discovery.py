@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpcheck.discovery import discover
-from ddpcheck.pathmatch import path_matches, relative_posix
+from ddpcheck.lint.discovery import discover
+from ddpcheck.lint.pathmatch import path_matches, relative_posix
 from tests.conftest import write
 
 

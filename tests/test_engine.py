@@ -7,7 +7,8 @@ from click.testing import CliRunner
 
 import ddpcheck.rules.ddp301_unguarded_save as ddp301
 from ddpcheck.cli import main
-from ddpcheck.engine import LintSettings, lint_path
+from ddpcheck.settings import LintSettings
+from ddpcheck.lint.engine import lint_path
 from ddpcheck.rules import REGISTRY
 
 SCRIPT = """\

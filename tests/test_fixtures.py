@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpcheck.engine import LintSettings, lint_path
+from ddpcheck.settings import LintSettings
+from ddpcheck.lint.engine import lint_path
 from ddpcheck.rules import REGISTRY
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -5,9 +5,10 @@ import string
 import pytest
 from hypothesis import given, strategies as st
 
-from ddpcheck.engine import LintSettings, lint_source
+from ddpcheck.settings import LintSettings
+from ddpcheck.lint.engine import lint_source
 from ddpcheck.findings import Finding, Severity
-from ddpcheck.noqa import apply_noqa, parse_directive, suppressions
+from ddpcheck.lint.noqa import apply_noqa, parse_directive, suppressions
 from tests.conftest import GUARDED_SAVE, PREAMBLE, UNGUARDED_SAVE, needs_rule
 
 

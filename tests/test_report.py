@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ddpcheck import report
+from ddpcheck.lint import report
 from ddpcheck.findings import FileResult, Finding, Severity
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from ddpcheck.engine import LintSettings, lint_source
+from ddpcheck.settings import LintSettings
+from ddpcheck.lint.engine import lint_source
 from ddpcheck.pages import REQUIRED_SECTIONS, PageNotFound, load_page, page_examples, page_sections, python_blocks
 from ddpcheck.rules.base import REGISTRY
 from tests.conftest import REPO

@@ -4,10 +4,10 @@ import os
 
 import pytest
 
-import ddpcheck.analysis.run as run
-from ddpcheck.engine import LintSettings
+import ddpcheck.lint.analyze as run
+from ddpcheck.settings import LintSettings
 from ddpcheck.findings import Finding, Severity
-from ddpcheck.runner import IN_PROCESS_MAX_FILES, chunks_biggest_first, lint_files
+from ddpcheck.lint.runner import IN_PROCESS_MAX_FILES, chunks_biggest_first, lint_files
 from tests.conftest import PREAMBLE, write
 
 

@@ -13,7 +13,7 @@ import libcst as cst
 from ddpcheck.findings import Severity
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ddpcheck.analysis.model import ScriptModel
+    from ddpcheck.model.script import ScriptModel
 
 
 @dataclass(frozen=True)

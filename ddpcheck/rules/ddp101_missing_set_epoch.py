@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.analysis.epochs import epoch_loops, instance_epoch_loops
-from ddpcheck.analysis.model import ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import loaders, returned_loaders
+from ddpcheck.model.epochs import epoch_loops, instance_epoch_loops
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import loaders, returned_loaders
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

@@ -6,9 +6,9 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.model import Ctx, FunctionInfo, ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import exclusive, is_api_call, loaders, origins
+from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import exclusive, is_api_call, loaders, origins
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

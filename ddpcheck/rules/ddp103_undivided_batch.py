@@ -7,10 +7,10 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.arguments import options
-from ddpcheck.analysis.model import ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import loaders
+from ddpcheck.model.arguments import options
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import loaders
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

@@ -7,12 +7,12 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.epochs import epoch_loops
-from ddpcheck.analysis.evaluation import TRAIN_NAME, is_eval_loader
-from ddpcheck.analysis.model import Ctx, FunctionInfo, ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import LoaderInfo, exclusive, is_api_call, loaders, wraps
-from ddpcheck.analysis.worlds import D0, DN
+from ddpcheck.model.epochs import epoch_loops
+from ddpcheck.model.evaluation import TRAIN_NAME, is_eval_loader
+from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import LoaderInfo, exclusive, is_api_call, loaders, wraps
+from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

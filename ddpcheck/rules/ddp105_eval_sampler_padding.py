@@ -7,10 +7,10 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.evaluation import is_eval_loader, loader_loops
-from ddpcheck.analysis.model import ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import LoaderInfo, loaders
+from ddpcheck.model.evaluation import is_eval_loader, loader_loops
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import LoaderInfo, loaders
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

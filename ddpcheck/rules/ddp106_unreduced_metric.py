@@ -7,14 +7,14 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.evaluation import LoaderLoop, is_eval_loader, loader_loops
-from ddpcheck.analysis.metrics import (
+from ddpcheck.model.evaluation import LoaderLoop, is_eval_loader, loader_loops
+from ddpcheck.model.metrics import (
     METER_CLASS, Accumulator, class_reduces, function_reduces, is_report, local_class, mentions,
 )
-from ddpcheck.analysis.model import ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import loaders, origins
-from ddpcheck.analysis.worlds import D0, DN
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import loaders, origins
+from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.analysis.model import ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import exclusive, is_ddp_wrap, origins, wraps_before
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import exclusive, is_ddp_wrap, origins, wraps_before
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.analysis.model import ScriptModel
-from ddpcheck.analysis.values import wraps
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.values import wraps
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

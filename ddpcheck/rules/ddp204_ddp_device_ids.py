@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.analysis.devices import (
+from ddpcheck.model.devices import (
     FIXED, PER_RANK, all_ranks_on_one_gpu, backends, init_sites, module_device, only_cpu_backends,
     script_sets_device,
 )
-from ddpcheck.analysis.distributed import init_calls
-from ddpcheck.analysis.env import env_writes
-from ddpcheck.analysis.model import ScriptModel, owner_class
-from ddpcheck.analysis.values import wraps
+from ddpcheck.model.distributed import init_calls
+from ddpcheck.model.env import env_writes
+from ddpcheck.model.script import ScriptModel, owner_class
+from ddpcheck.model.values import wraps
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

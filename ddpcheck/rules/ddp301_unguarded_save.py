@@ -5,12 +5,12 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-from ddpcheck.analysis.distributed import runs_distributed
-from ddpcheck.analysis.guards import function_worlds
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.analysis.reach import other_ranks_reach, unguarded_caller
-from ddpcheck.analysis.worlds import DN
+from ddpcheck.model.distributed import runs_distributed
+from ddpcheck.model.guards import function_worlds
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.reach import other_ranks_reach, unguarded_caller
+from ddpcheck.model.worlds import DN
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

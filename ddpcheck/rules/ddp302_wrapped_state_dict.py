@@ -7,10 +7,10 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import wraps
-from ddpcheck.analysis.wrappers import wrapper_held
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import wraps
+from ddpcheck.model.wrappers import wrapper_held
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

@@ -7,10 +7,10 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.distributed import runs_distributed
-from ddpcheck.analysis.model import ScriptModel
-from ddpcheck.analysis.reach import other_ranks_reach
-from ddpcheck.analysis.values import exclusive
+from ddpcheck.model.distributed import runs_distributed
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.reach import other_ranks_reach
+from ddpcheck.model.values import exclusive
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

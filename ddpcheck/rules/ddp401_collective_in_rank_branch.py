@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.analysis.collectives import Event, function_events, unbalanced
-from ddpcheck.analysis.guards import condition_of, function_worlds
-from ddpcheck.analysis.model import ScriptModel
-from ddpcheck.analysis.worlds import ALL, DISTRIBUTED, describe
+from ddpcheck.model.collectives import Event, function_events, unbalanced
+from ddpcheck.model.guards import condition_of, function_worlds
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.worlds import ALL, DISTRIBUTED, describe
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.analysis.distributed import is_init_call, script_destroys
-from ddpcheck.analysis.model import ScriptModel
-from ddpcheck.analysis.reach import script_reaches
+from ddpcheck.model.distributed import is_init_call, script_destroys
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.reach import script_reaches
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ddpcheck.analysis.collectives import initialized_guarded, needs_process_group
-from ddpcheck.analysis.distributed import function_inits, init_calls, is_init_call
-from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.analysis.positions import where
-from ddpcheck.analysis.values import exclusive
+from ddpcheck.model.collectives import initialized_guarded, needs_process_group
+from ddpcheck.model.distributed import function_inits, init_calls, is_init_call
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.positions import where
+from ddpcheck.model.values import exclusive
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

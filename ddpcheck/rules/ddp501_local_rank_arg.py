@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.analysis.arguments import options
-from ddpcheck.analysis.env import env_reads
-from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.model.arguments import options
+from ddpcheck.model.env import env_reads
+from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

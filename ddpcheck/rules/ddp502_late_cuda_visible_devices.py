@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.analysis.devices import function_cuda_init, initialises_cuda
-from ddpcheck.analysis.env import env_writes
-from ddpcheck.analysis.model import CallSite, Ctx, ScriptModel
-from ddpcheck.analysis.positions import where
-from ddpcheck.analysis.values import exclusive
+from ddpcheck.model.devices import function_cuda_init, initialises_cuda
+from ddpcheck.model.env import env_writes
+from ddpcheck.model.script import CallSite, Ctx, ScriptModel
+from ddpcheck.model.positions import where
+from ddpcheck.model.values import exclusive
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

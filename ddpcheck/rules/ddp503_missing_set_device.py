@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.analysis.devices import all_ranks_on_one_gpu
-from ddpcheck.analysis.model import ScriptModel
-from ddpcheck.analysis.positions import where
+from ddpcheck.model.devices import all_ranks_on_one_gpu
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.positions import where
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

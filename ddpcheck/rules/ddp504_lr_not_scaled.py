@@ -7,12 +7,12 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.arguments import options
-from ddpcheck.analysis.evaluation import is_eval_loader
-from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import LoaderInfo, loaders
-from ddpcheck.analysis.worlds import D0, DN
+from ddpcheck.model.arguments import options
+from ddpcheck.model.evaluation import is_eval_loader
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import LoaderInfo, loaders
+from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import textwrap
 
-from ddpcheck.engine import LintSettings, lint_source
+from ddpcheck.settings import LintSettings
+from ddpcheck.lint.engine import lint_source
 from ddpcheck.rules import REGISTRY
 
 EVERY_RULE = LintSettings(enabled=frozenset(REGISTRY))

@@ -2,7 +2,8 @@
 
 from pathlib import Path
 
-from ddpcheck.engine import LintSettings, lint_path
+from ddpcheck.settings import LintSettings
+from ddpcheck.lint.engine import lint_path
 from ddpcheck.rules import REGISTRY
 from tests.conftest import write
 from tests.rules.lintsnippet import findings, lines

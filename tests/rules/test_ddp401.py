@@ -2,7 +2,8 @@
 
 import textwrap
 
-from ddpcheck.engine import LintSettings, lint_path, lint_source
+from ddpcheck.settings import LintSettings
+from ddpcheck.lint.engine import lint_path, lint_source
 from ddpcheck.rules import REGISTRY
 from tests.rules.lintsnippet import findings, lines
 

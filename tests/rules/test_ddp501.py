@@ -2,7 +2,8 @@
 
 import textwrap
 
-from ddpcheck.engine import LintSettings, lint_path
+from ddpcheck.settings import LintSettings
+from ddpcheck.lint.engine import lint_path
 from tests.rules.lintsnippet import findings, lines
 
 PARSER = "import argparse\nimport os\nimport torch.distributed as dist\nparser = argparse.ArgumentParser()\n"

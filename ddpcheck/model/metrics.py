@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.analysis.names import dotted_name
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.names import dotted_name
 
 REDUCTION_NAME = re.compile(r"reduce|gather|synchroni[sz]e|(^|_)sync(_|$)|sync_between|average_across|across_processes",
                             re.I)

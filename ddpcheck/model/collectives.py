@@ -24,12 +24,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.analysis.guards import function_worlds
-from ddpcheck.analysis.evaluation import no_grad
-from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import call_site, exclusive, is_ddp_wrap, origins
-from ddpcheck.analysis.worlds import DISTRIBUTED, only_some_ranks
+from ddpcheck.model.guards import function_worlds
+from ddpcheck.model.evaluation import no_grad
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import call_site, exclusive, is_ddp_wrap, origins
+from ddpcheck.model.worlds import DISTRIBUTED, only_some_ranks
 
 # torch.distributed collectives -> their kind (barrier and monitored_barrier are one kind)
 COLLECTIVES = {

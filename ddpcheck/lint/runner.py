@@ -11,7 +11,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Sequence
 
-from ddpcheck.engine import LintSettings, lint_path
+from ddpcheck.settings import LintSettings
+from ddpcheck.lint.engine import lint_path
 from ddpcheck.findings import FileResult
 
 # Below this many files the pool's start-up outweighs the parallelism.

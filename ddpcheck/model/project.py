@@ -76,8 +76,8 @@ class ProjectIndex:
         cached = _CACHE.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        from ddpcheck.analysis.builder import build_model
-        from ddpcheck.engine import read_source
+        from ddpcheck.model.builder import build_model
+        from ddpcheck.parse.source import read_source
         from ddpcheck.findings import SourceError
 
         model = None

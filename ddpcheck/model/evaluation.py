@@ -14,9 +14,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.analysis.epochs import arg_index, param_for, param_loops
-from ddpcheck.analysis.model import CallSite, Ctx, FunctionInfo, Loop, ScriptModel, owner_class
-from ddpcheck.analysis.values import LoaderInfo, iterated_keys
+from ddpcheck.model.epochs import arg_index, param_for, param_loops
+from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel, owner_class
+from ddpcheck.model.values import LoaderInfo, iterated_keys
 
 # `testloader`, `valloader`, `val_dl` (tutorial spellings EVAL_NAME leaves out)
 EVAL_LOADER_NAME = re.compile(r"(^|[_.])(val|valid|validation|test|testing|eval|evaluation|dev)(loader|dl|iter|set|data)", re.I)

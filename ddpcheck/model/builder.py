@@ -18,10 +18,10 @@ import re
 
 import libcst as cst
 
-from ddpcheck.analysis.model import (
+from ddpcheck.model.script import (
     Assign, Branch, CallSite, Ctx, FunctionInfo, Loop, Reference, ScriptModel,
 )
-from ddpcheck.analysis.names import dotted_name, environ_key, is_environ, string_value
+from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
 _ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}

@@ -18,7 +18,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 
-from ddpcheck.pathmatch import matches_any, relative_posix
+from ddpcheck.lint.pathmatch import matches_any, relative_posix
 
 SKIP_DIR_NAMES = frozenset({
     ".git", ".hg", ".svn", ".venv", "venv", "__pycache__", "build", "dist", ".eggs",

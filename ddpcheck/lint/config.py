@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpcheck.findings import Severity
-from ddpcheck.pathmatch import matches_any, relative_posix
+from ddpcheck.lint.pathmatch import matches_any, relative_posix
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import re
 
-from ddpcheck.analysis.model import FunctionInfo, ScriptModel
-from ddpcheck.analysis.values import distributed_samplers, is_api_call, wraps
+from ddpcheck.model.script import FunctionInfo, ScriptModel
+from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
 
 # A helper we cannot see whose name says it starts the process group.
 INIT_HELPER_NAME = re.compile(r"(init|setup|set_up|start).*(dist|ddp|process_group)|(dist|ddp).*(init|setup)", re.I)

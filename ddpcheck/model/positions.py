@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from libcst.metadata import MetadataWrapper, PositionProvider
 
-from ddpcheck.analysis.model import ScriptModel
+from ddpcheck.model.script import ScriptModel
 
 
 def line_of(model: ScriptModel, node) -> int | None:

@@ -7,26 +7,10 @@ pre-commit hook."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from ddpcheck.findings import FileResult, Finding, PartialAnalysis, SourceError
-
-
-@dataclass(frozen=True)
-class LintSettings:
-    """What to run on one file. The runner resolves config (select/ignore,
-    per-file-ignores) into `enabled` before calling the engine."""
-
-    enabled: frozenset[str]
-    # Extra helper names that mean "only rank 0 runs this" (config key
-    # main-process-guards), e.g. ("is_chief", "on_master").
-    main_process_guards: tuple[str, ...] = ()
-    # Folder that bounds the search for local modules a script imports
-    # (`from utils import save_on_master`); None: the file's own folder and up
-    # to the nearest folder without a package marker.
-    root: str | None = None
-    extra: dict = field(default_factory=dict, compare=False, hash=False)
+from ddpcheck.parse.source import read_source
+from ddpcheck.settings import LintSettings
 
 
 # A file can only contain a DDP pitfall if it touches distributed training. The
@@ -58,27 +42,6 @@ def might_have_findings(text: str) -> bool:
     return COLLECTIVE.search(text) is not None and RANK_TEST.search(text) is not None
 
 
-def read_source(path: str) -> str:
-    """Read a Python file as text, or raise SourceError with a one-line reason."""
-    p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
-        raise SourceError("no such file") from None
-    except IsADirectoryError:
-        raise SourceError("is a directory") from None
-    except PermissionError:
-        raise SourceError("permission denied") from None
-    except OSError as exc:  # symlink loops, I/O errors
-        raise SourceError(exc.strerror or str(exc)) from None
-    if b"\x00" in data:
-        raise SourceError("binary file (contains NUL bytes), not Python source")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise SourceError(f"not valid UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
-
-
 def lint_path(path: str, settings: LintSettings) -> FileResult:
     """Lint one file; never raises for problems with the input."""
     try:
@@ -87,7 +50,7 @@ def lint_path(path: str, settings: LintSettings) -> FileResult:
     except SourceError as exc:
         return FileResult(path=path, error=str(exc))
     except PartialAnalysis as exc:
-        from ddpcheck.noqa import apply_noqa
+        from ddpcheck.lint.noqa import apply_noqa
 
         return FileResult(path=path, findings=tuple(apply_noqa(exc.findings, text)), error=str(exc))
     return FileResult(path=path, findings=tuple(findings))
@@ -99,7 +62,7 @@ def lint_source(text: str, path: str, settings: LintSettings) -> list[Finding]:
     Raises SourceError for text that is not valid Python."""
     if not settings.enabled or not might_have_findings(text):
         return []
-    from ddpcheck.analysis.run import analyze  # libcst import deferred: pre-filtered files never pay it
-    from ddpcheck.noqa import apply_noqa
+    from ddpcheck.lint.analyze import analyze  # libcst import deferred: pre-filtered files never pay it
+    from ddpcheck.lint.noqa import apply_noqa
 
     return apply_noqa(analyze(text, path, settings), text)

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.names import ImportTable, dotted_name
-from ddpcheck.analysis.worlds import ALL
+from ddpcheck.model.names import ImportTable, dotted_name
+from ddpcheck.model.worlds import ALL
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ddpcheck.analysis.project import ProjectIndex
+    from ddpcheck.model.project import ProjectIndex
 
 
 @dataclass(eq=False)
@@ -276,7 +276,7 @@ class ScriptModel:
     def worlds(self, ctx: Ctx) -> frozenset[str]:
         """The worlds (rank 0, other ranks, single process) that reach `ctx`,
         from the branches inside its own function."""
-        from ddpcheck.analysis.guards import condition_of
+        from ddpcheck.model.guards import condition_of
 
         result = ALL
         for b in ctx.branches:

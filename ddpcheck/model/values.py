@@ -13,8 +13,8 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel, call_arg
-from ddpcheck.analysis.names import dotted_name, is_torch_api
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel, call_arg
+from ddpcheck.model.names import dotted_name, is_torch_api
 
 _CHAIN_METHODS = {"cuda", "to", "float", "half", "bfloat16", "train", "eval", "cpu", "double", "requires_grad_"}
 EVAL_NAME = re.compile(r"(^|[_.])(val|valid|validation|test|testing|eval|evaluation|dev|query|gallery|infer|inference)(\b|_|\d|$)", re.I)

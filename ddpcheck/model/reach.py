@@ -5,9 +5,9 @@ point we cannot judge, so it counts as unreached)."""
 
 from __future__ import annotations
 
-from ddpcheck.analysis.guards import function_worlds
-from ddpcheck.analysis.model import Ctx, FunctionInfo, ScriptModel
-from ddpcheck.analysis.worlds import DN
+from ddpcheck.model.guards import function_worlds
+from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
+from ddpcheck.model.worlds import DN
 
 
 def other_ranks_reach(model: ScriptModel, ctx: Ctx) -> bool:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import click
 
-from ddpcheck import report
-from ddpcheck.config import (Config, ConfigError, check_selectors, ignored_for, known_codes, load_config,
+from ddpcheck.lint import report
+from ddpcheck.lint.config import (Config, ConfigError, check_selectors, ignored_for, known_codes, load_config,
                              parse_code_list, resolve_enabled, selector_matches)
-from ddpcheck.discovery import discover
-from ddpcheck.engine import LintSettings
+from ddpcheck.lint.discovery import discover
+from ddpcheck.settings import LintSettings
 from ddpcheck.findings import FileResult, Severity
-from ddpcheck.runner import default_jobs, lint_files
+from ddpcheck.lint.runner import default_jobs, lint_files
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 # Info findings are advice: shown, but they do not fail a CI job unless asked.

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.analysis.model import Ctx, FunctionInfo, ScriptModel
-from ddpcheck.analysis.names import string_value
+from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
+from ddpcheck.model.names import string_value
 
 
 

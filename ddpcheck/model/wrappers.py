@@ -9,8 +9,8 @@ class (set-up runs first), unless the class unwraps it somewhere."""
 
 from __future__ import annotations
 
-from ddpcheck.analysis.model import Ctx, ScriptModel
-from ddpcheck.analysis.values import WrapInfo, _direct_values, exclusive, wraps
+from ddpcheck.model.script import Ctx, ScriptModel
+from ddpcheck.model.values import WrapInfo, _direct_values, exclusive, wraps
 
 
 def _unwraps(model: ScriptModel, key: str, value) -> bool:

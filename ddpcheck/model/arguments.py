@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.analysis.names import string_value
-from ddpcheck.analysis.model import CallSite, ScriptModel
+from ddpcheck.model.names import string_value
+from ddpcheck.model.script import CallSite, ScriptModel
 
 
 @dataclass(frozen=True)

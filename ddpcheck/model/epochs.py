@@ -10,9 +10,9 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.analysis.model import CallSite, FunctionInfo, Loop, ScriptModel
-from ddpcheck.analysis.names import dotted_name
-from ddpcheck.analysis.values import iterated_keys
+from ddpcheck.model.script import CallSite, FunctionInfo, Loop, ScriptModel
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.values import iterated_keys
 
 
 @dataclass(frozen=True)

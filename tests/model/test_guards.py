@@ -6,9 +6,9 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from ddpcheck.analysis.builder import build_model
-from ddpcheck.analysis.worlds import D0, DN, S
-from ddpcheck.engine import LintSettings
+from ddpcheck.model.builder import build_model
+from ddpcheck.model.worlds import D0, DN, S
+from ddpcheck.settings import LintSettings
 
 PRE = "import os\nimport torch.distributed as dist\nfrom accelerate import Accelerator\n"
 

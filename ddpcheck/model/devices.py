@@ -16,11 +16,11 @@ import re
 
 import libcst as cst
 
-from ddpcheck.analysis.arguments import options
-from ddpcheck.analysis.distributed import init_calls, is_init_call
-from ddpcheck.analysis.guards import is_rank_expr
-from ddpcheck.analysis.model import CallSite, FunctionInfo, ScriptModel, owner_class
-from ddpcheck.analysis.names import dotted_name, string_value
+from ddpcheck.model.arguments import options
+from ddpcheck.model.distributed import init_calls, is_init_call
+from ddpcheck.model.guards import is_rank_expr
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel, owner_class
+from ddpcheck.model.names import dotted_name, string_value
 
 PER_RANK = "per_rank"
 FIXED = "fixed"
@@ -311,8 +311,8 @@ def all_ranks_on_one_gpu(model: ScriptModel) -> tuple[CallSite, CallSite] | None
     memo = ("all_ranks_on_one_gpu",)
     if memo in model._memo:
         return model._memo[memo]
-    from ddpcheck.analysis.env import env_writes
-    from ddpcheck.analysis.worlds import DISTRIBUTED
+    from ddpcheck.model.env import env_writes
+    from ddpcheck.model.worlds import DISTRIBUTED
 
     result = None
     nccl = nccl_init_calls(model)

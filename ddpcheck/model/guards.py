@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.analysis.names import dotted_name, environ_key, string_value
-from ddpcheck.analysis.worlds import (
+from ddpcheck.model.names import dotted_name, environ_key, string_value
+from ddpcheck.model.worlds import (
     ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
 )
 

@@ -1,0 +1,22 @@
+"""The settings one file is linted with: a leaf module, so the driver, the
+model and the rules all read the same typed object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class LintSettings:
+    """What to run on one file. The runner resolves config (select/ignore,
+    per-file-ignores) into `enabled` before calling the engine."""
+
+    enabled: frozenset[str]
+    # Extra helper names that mean "only rank 0 runs this" (config key
+    # main-process-guards), e.g. ("is_chief", "on_master").
+    main_process_guards: tuple[str, ...] = ()
+    # Folder that bounds the search for local modules a script imports
+    # (`from utils import save_on_master`); None: the file's own folder and up
+    # to the nearest folder without a package marker.
+    root: str | None = None
+    extra: dict = field(default_factory=dict, compare=False, hash=False)
