@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 import libcst as cst
 
 from ddpcheck.model.names import ImportTable, dotted_name
+from ddpcheck.model.query import QueryCache
 from ddpcheck.model.worlds import ALL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -164,6 +165,7 @@ class ScriptModel:
         self.class_names: set[str] = set()
         self.project: "ProjectIndex | None" = None
         self._memo: dict = {}
+        self.queries = QueryCache()   # answers of @query functions (model/query.py)
 
     # -- names -------------------------------------------------------------
     def qualify(self, expr: cst.BaseExpression | None) -> str | None:
