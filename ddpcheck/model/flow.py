@@ -52,6 +52,8 @@ A Value is a frozenset of atoms:
                           `DataLoader(...)`, `DistributedSampler(...)`,
                           `DDP(model)`, `Trainer(...)`, a library call
     Param(model, fn, name) a parameter whose arguments are not (all) known
+    Const(value)          a literal (`True`, `0`, `"module."`, None); `constant_of()`
+                          answers "which literal, for certain"
     Opaque(why)           something not followed (a literal, arithmetic, a
                           name nothing in the file assigns)
 
@@ -103,13 +105,20 @@ class Param:
 
 
 @dataclass(frozen=True)
+class Const:
+    """A literal: `True`, `0`, `"module."`, None."""
+
+    value: object
+
+
+@dataclass(frozen=True)
 class Opaque:
     """A value not followed; `why` says what it was (for debugging and tests)."""
 
     why: str
 
 
-Atom = Made | Param | Opaque
+Atom = Made | Param | Const | Opaque
 
 
 @dataclass(frozen=True)
@@ -128,8 +137,17 @@ class Value:
 
     @property
     def known(self) -> bool:
-        """Every atom is a Made one: nothing unknown can hide in this value."""
-        return bool(self.atoms) and all(isinstance(a, Made) for a in self.atoms)
+        """Every atom is a Made or Const one: nothing unknown can hide in this value."""
+        return bool(self.atoms) and all(isinstance(a, (Made, Const)) for a in self.atoms)
+
+    @property
+    def constant(self) -> object:
+        """The literal this value certainly is, else UNKNOWN_CONSTANT."""
+        if len(self.atoms) == 1:
+            (atom,) = self.atoms
+            if isinstance(atom, Const):
+                return atom.value
+        return UNKNOWN_CONSTANT
 
     @property
     def made(self) -> tuple[Made, ...]:
@@ -148,6 +166,7 @@ class Value:
 
 
 EMPTY = Value()
+UNKNOWN_CONSTANT = object()
 
 
 def union(values: Iterable[Value]) -> Value:
@@ -229,8 +248,9 @@ def value_of(model: ScriptModel, expr: cst.BaseExpression | None, scope: Functio
         return value_of(model, expr.expression, scope, stmt)
     if isinstance(expr, cst.Call):
         return _call_value(model, expr, scope)
-    if isinstance(expr, cst.Name) and expr.value == "None":
-        return opaque("None")
+    literal = _literal(expr)
+    if literal is not UNKNOWN_CONSTANT:
+        return Value(frozenset({Const(literal)}))
     key = _key(expr)
     if key is not None:
         return _name_value(model, key, scope, stmt)
@@ -239,6 +259,29 @@ def value_of(model: ScriptModel, expr: cst.BaseExpression | None, scope: Functio
         if isinstance(idx, cst.Index) and isinstance(idx.value, cst.Integer):
             return element_of(model, expr.value, idx.value.evaluated_value, scope)
     return opaque(type(expr).__name__)
+
+
+_NAMED_CONSTANTS = {"True": True, "False": False, "None": None}
+
+
+def _literal(expr: cst.BaseExpression) -> object:
+    if isinstance(expr, cst.Name) and expr.value in _NAMED_CONSTANTS:
+        return _NAMED_CONSTANTS[expr.value]
+    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
+        try:
+            return expr.evaluated_value
+        except Exception:   # pragma: no cover - odd string prefixes
+            return UNKNOWN_CONSTANT
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and \
+            isinstance(expr.expression, (cst.Integer, cst.Float)):
+        return -expr.expression.evaluated_value
+    return UNKNOWN_CONSTANT
+
+
+def constant_of(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None) -> object:
+    """The literal `expr` certainly holds (through names, parameters and
+    defaults), else UNKNOWN_CONSTANT."""
+    return value_at(model, expr, scope).constant
 
 
 def _in_statement(node: cst.CSTNode, stmt: cst.CSTNode | None) -> bool:
@@ -575,7 +618,7 @@ def every_pass(model: ScriptModel) -> Iterator[tuple[FunctionInfo | None, Pass]]
 
 
 __all__ = [
-    "Value", "Made", "Param", "Opaque", "EMPTY", "Argument", "Pass",
+    "Value", "Made", "Param", "Const", "Opaque", "UNKNOWN_CONSTANT", "constant_of", "EMPTY", "Argument", "Pass",
     "value_of", "value_at", "resolved", "bind", "element_of", "iterated", "generator_consumes",
     "passes", "every_pass", "arguments_for", "param_value", "argument_expr", "union", "is_generator",
     "CHAIN_METHODS", "ITERATION_WRAPPERS",

@@ -144,22 +144,25 @@ class SamplerInfo:
 
     @property
     def shuffle(self) -> bool | None:
-        """True (the default), False, or None when it is computed at run time."""
-        arg = self.site.arg("shuffle", 3)
-        if arg is None:
-            return True
-        if isinstance(arg, cst.Name) and arg.value in ("True", "False"):
-            return arg.value == "True"
-        return None
+        """True (the default), False, or None when it is computed at run time.
+        Followed through names and parameters: `data_sampler(ds, shuffle=True,
+        ...)` whose body makes `DistributedSampler(ds, shuffle=shuffle)`."""
+        return self._flag("shuffle", 3, True)
 
     @property
     def drop_last(self) -> bool | None:
-        arg = self.site.arg("drop_last", 5)
+        return self._flag("drop_last", 5, False)
+
+    def _flag(self, keyword: str, position: int, default: bool) -> bool | None:
+        from ddpcheck.model.flow import constant_of
+
+        if self.site.has_star_args:
+            return None
+        arg = self.site.arg(keyword, position)
         if arg is None:
-            return False
-        if isinstance(arg, cst.Name) and arg.value in ("True", "False"):
-            return arg.value == "True"
-        return None
+            return default
+        value = constant_of(self.model, arg, self.site.ctx.function)
+        return value if isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -194,10 +197,20 @@ class LoaderInfo:
 
 
 def distributed_samplers(model: ScriptModel, expr, scope) -> list[SamplerInfo]:
+    """The DistributedSamplers `expr` may hold (model/flow.py: through names,
+    parameters, returns, either-or helpers)."""
+    from ddpcheck.model.flow import value_at
+
     found = []
+    seen = set()
     for m, site in origins(model, expr, scope):
-        if is_api_call(m, site, "DistributedSampler"):
+        if is_api_call(m, site, "DistributedSampler") and id(site) not in seen:
+            seen.add(id(site))
             found.append(SamplerInfo(m, site, key_of(m, site)))
+    for atom in value_at(model, expr, scope).made_by("DistributedSampler"):
+        if id(atom.site) not in seen:
+            seen.add(id(atom.site))
+            found.append(SamplerInfo(atom.model, atom.site, key_of(atom.model, atom.site)))
     return found
 
 
