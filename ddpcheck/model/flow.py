@@ -210,15 +210,19 @@ def _key(expr: cst.BaseExpression) -> str | None:
 
 
 @query(on_cycle=())
-def _assigns_anywhere(model: ScriptModel, key: str) -> tuple:
+def assignments_anywhere(model: ScriptModel, key: str) -> tuple:
+    """Every write of `key` in the file, whatever function it is in (for a
+    namespace attribute set in one function and read in another)."""
     return tuple(a for a in model.assigns if a.key == key)
 
 
-def _param_names(fn: FunctionInfo) -> tuple[str, ...]:
-    return fn.params
+def namespace_key(key: str) -> bool:
+    """`args.x`, `config.x`, `cfg['x']`: an attribute or key of an object
+    other than `self`, shared by every function that holds the object."""
+    return ("." in key or "[" in key) and not key.startswith("self.")
 
 
-def _is_param(scope: FunctionInfo | None, name: str) -> FunctionInfo | None:
+def is_param(scope: FunctionInfo | None, name: str) -> FunctionInfo | None:
     """The function (scope or one it is nested in) that has `name` as a parameter."""
     fn = scope
     while fn is not None:
@@ -295,13 +299,13 @@ def _in_statement(node: cst.CSTNode, stmt: cst.CSTNode | None) -> bool:
 def _name_value(model: ScriptModel, key: str, scope: FunctionInfo | None, stmt: cst.CSTNode | None = None) -> Value:
     assigns = [a for a in model.assignments(key, scope) if a.augmented is None and not _in_statement(a.node, stmt)]
     if not assigns and "." not in key and "[" not in key:
-        fn = _is_param(scope, key)
+        fn = is_param(scope, key)
         if fn is not None:
             return Value(frozenset({Param(model, fn, key)}))
-    if not assigns and ("." in key or "[" in key) and not key.startswith("self."):
+    if not assigns and namespace_key(key):
         # a namespace attribute or key set in another function (`config.x = ...`
         # in setup(), read in train()): every write of it in the file
-        assigns = [a for a in _assigns_anywhere(model, key) if a.augmented is None]
+        assigns = [a for a in assignments_anywhere(model, key) if a.augmented is None]
     if not assigns:
         return opaque(f"unassigned {key}")
     values = []
@@ -620,6 +624,6 @@ def every_pass(model: ScriptModel) -> Iterator[tuple[FunctionInfo | None, Pass]]
 __all__ = [
     "Value", "Made", "Param", "Const", "Opaque", "UNKNOWN_CONSTANT", "constant_of", "EMPTY", "Argument", "Pass",
     "value_of", "value_at", "resolved", "bind", "element_of", "iterated", "generator_consumes",
-    "passes", "every_pass", "arguments_for", "param_value", "argument_expr", "union", "is_generator",
+    "passes", "every_pass", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value", "argument_expr", "union", "is_generator",
     "CHAIN_METHODS", "ITERATION_WRAPPERS",
 ]

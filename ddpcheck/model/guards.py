@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpcheck.model.flow import arguments_for, assignments_anywhere, is_param, namespace_key
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.worlds import (
     ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
@@ -95,8 +96,18 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
     if last is None:
         return UNKNOWN
     key = dotted_name(expr)
-    # A variable assigned in this file: judge what was assigned, where.
+    # A variable assigned in this file: judge what was assigned, where. A
+    # namespace attribute (`config.master_process = rank == 0` in setup())
+    # is judged wherever it is read.
     assigns = model.assignments(key, scope) if key else []
+    if key and not assigns and namespace_key(key):
+        assigns = list(assignments_anywhere(model, key))
+    if key and not assigns and "." not in key:
+        fn = is_param(scope, key)
+        if fn is not None:
+            param = _param_condition(model, fn, key)
+            if param is not None:
+                return param
     if assigns and all(a.value is not None and a.augmented is None for a in assigns):
         conds = []
         for a in assigns:
@@ -115,6 +126,24 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
     if last in DIST_FLAGS:
         return Condition.exactly(DISTRIBUTED)
     return UNKNOWN
+
+
+def _param_condition(model, fn, name: str) -> Condition | None:
+    """A parameter is the guard its callers pass (`log_fn(is_master)`): true
+    where some call passes a true value, certainly true only where every call
+    does. None when some caller cannot be seen."""
+    args = arguments_for(model, fn, name)
+    if not args:
+        return None
+    conds = [condition_of(model, a.expr, a.scope) for a in args]
+    if all(c == UNKNOWN for c in conds):
+        return None
+    must, may = ALL, NONE
+    for a, c in zip(args, conds):
+        where = model.worlds(a.call.ctx)
+        must &= c.must | (ALL - where)
+        may |= c.may & where
+    return Condition(must, may)
 
 
 def _call_condition(model, call: cst.Call, scope) -> Condition:
