@@ -13,6 +13,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel, call_arg
 from ddpcheck.model.names import dotted_name, is_torch_api
 
@@ -270,6 +271,40 @@ def returned_loaders(model: ScriptModel) -> list[LoaderInfo]:
     return result
 
 
+def held_loaders(model: ScriptModel) -> list[LoaderInfo]:
+    """Loaders built elsewhere (another function of the file, a helper module)
+    that a name of this file holds, followed through the value flow:
+    `loader, sampler = build_loader(args)` with the DataLoader made in data.py.
+    `key` is the name here, `holder` the function it is held in."""
+    return list(_held_loaders(model))
+
+
+@query(on_cycle=())
+def _held_loaders(model: ScriptModel) -> tuple[LoaderInfo, ...]:
+    from ddpcheck.model.flow import element_of, value_of
+
+    result: list[LoaderInfo] = []
+    seen: set[int] = set()
+    for a in model.assigns:
+        value = a.value if a.value is not None else (a.unpacked[0] if a.unpacked else None)
+        if not isinstance(value, cst.Call) or a.augmented is not None:
+            continue
+        site = call_site(model, value)
+        if site is None or is_api_call(model, site, "DataLoader") or model.resolve_call(site) is None:
+            continue
+        held = value_of(model, a.value, a.ctx.function) if a.value is not None else \
+            element_of(model, a.unpacked[0], a.unpacked[1], a.ctx.function)
+        for atom in held.made_by("DataLoader"):
+            if id(atom.site) in seen or (atom.model is model and atom.site.ctx.function is a.ctx.function):
+                continue
+            inner = next((l for l in loaders(atom.model) if l.site is atom.site), None)
+            if inner is not None:
+                seen.add(id(atom.site))
+                result.append(LoaderInfo(atom.model, atom.site, a.key, inner.samplers, inner.batch_sampler_keys,
+                                         inner.batch_sampler_sizes, holder=a.ctx.function, held=True))
+    return tuple(result)
+
+
 def _unpack_or_value(model: ScriptModel, a) -> Iterator[tuple[ScriptModel, CallSite]]:
     if a.value is not None:
         return origins(model, a.value, a.ctx.function)
@@ -340,6 +375,6 @@ def exclusive(a, b) -> bool:
 
 
 __all__ = [
-    "call_arg", "loaders", "wraps", "origins", "distributed_samplers", "iterated_keys",
+    "call_arg", "loaders", "held_loaders", "wraps", "origins", "distributed_samplers", "iterated_keys",
     "is_api_call", "exclusive", "key_of", "call_site", "EVAL_NAME",
 ]
