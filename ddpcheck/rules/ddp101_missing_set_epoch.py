@@ -39,7 +39,7 @@ class MissingSetEpoch(Rule):
                 shuffling = [s for s in loader.samplers if s.shuffle is True]
                 if not shuffling or loader.looks_like_eval() or _eval_name(model, p):
                     continue
-                node = p.epoch.node if p.epoch_model is model else (p.via[0].node if p.via else None)
+                node = p.epoch.node if p.epoch_model is model else _call_leaving(model, p)
                 if node is None or id(node) in reported:
                     continue
                 if _sets_epoch(p.epoch_model, p.epoch, atom, shuffling):
@@ -48,16 +48,33 @@ class MissingSetEpoch(Rule):
                 held = _held_as(model, p) or loader.key or "the loader"
                 sampler = next((s.key for s in shuffling if s.key and s.model is model
                                 and p.epoch_model is model and _visible(model, s, p.epoch)), f"{held}.sampler")
-                where = "" if p.epoch_model is model else f" (the epoch loop is in {p.epoch_model.path})"
+                if p.epoch_model is model:
+                    what = f"`{held}` draws from a shuffling DistributedSampler but this epoch loop never calls"
+                else:
+                    callee = p.epoch.ctx.function.name + "()" if p.epoch.ctx.function is not None else "code"
+                    what = (f"`{held}` draws from a shuffling DistributedSampler and is handed to {callee} "
+                            f"({_file_name(p.epoch_model)}), whose epoch loop never calls")
                 yield Hit(
                     node,
                     message=(
-                        f"`{held}` draws from a shuffling DistributedSampler but this epoch loop{where} never "
-                        f"calls `{sampler}.set_epoch(...)`: the sampler seeds its shuffle with the epoch, so "
+                        f"{what} `{sampler}.set_epoch(...)`: the sampler seeds its shuffle with the epoch, so "
                         "every epoch replays the epoch-0 order on every rank"
                     ),
                     fix=f"call `{sampler}.set_epoch(epoch)` at the top of the epoch loop, before iterating `{held}`",
                 )
+
+
+def _file_name(model: ScriptModel) -> str:
+    return model.path.replace("\\", "/").rpartition("/")[2]
+
+
+def _call_leaving(model: ScriptModel, p: Pass) -> cst.CSTNode | None:
+    """For an epoch loop in another module: the call of this file that
+    lands in that module (reported there, once)."""
+    if not p.via:
+        return None
+    target = model.resolve_call(p.via[0])
+    return p.via[0].node if target is not None and target[0] is not model else None
 
 
 def _loader_info(atom: Made) -> LoaderInfo | None:
@@ -76,7 +93,7 @@ def _eval_name(model: ScriptModel, p: Pass) -> bool:
 def _held_as(model: ScriptModel, p: Pass) -> str | None:
     """The name the loader has at the epoch loop: the argument of the call
     that leads to the pass, or what the loop itself iterates."""
-    if p.via and p.epoch_model is model:
+    if p.via:
         call = p.via[0]
         for a in call.node.args:
             name = dotted_name(a.value)
