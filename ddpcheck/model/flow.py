@@ -90,6 +90,9 @@ class Made:
     model: ScriptModel
     site: CallSite
 
+    def __repr__(self) -> str:
+        return f"Made({self.site.func or '?'}(...))"
+
     def is_api(self, *names: str) -> bool:
         from ddpcheck.model.values import is_api_call
         return is_api_call(self.model, self.site, *names)
@@ -102,6 +105,9 @@ class Param:
     model: ScriptModel
     fn: FunctionInfo
     name: str
+
+    def __repr__(self) -> str:
+        return f"Param({self.fn.name}.{self.name})"
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ class MissingSetEpoch(Rule):
                 if loader is None:
                     continue
                 shuffling = [s for s in loader.samplers if s.shuffle is True]
-                if not shuffling or loader.looks_like_eval() or _eval_name(model, p):
+                if not shuffling or loader.looks_like_eval() or _eval_name(model, p, atom):
                     continue
                 node = p.epoch.node if p.epoch_model is model else _call_leaving(model, p)
                 if node is None or id(node) in reported:
@@ -45,7 +45,7 @@ class MissingSetEpoch(Rule):
                 if _sets_epoch(p.epoch_model, p.epoch, atom, shuffling):
                     continue
                 reported.add(id(node))
-                held = _held_as(model, p) or loader.key or "the loader"
+                held = _held_as(model, p, atom) or loader.key or "the loader"
                 sampler = next((s.key for s in shuffling if s.key and s.model is model
                                 and p.epoch_model is model and _visible(model, s, p.epoch)), f"{held}.sampler")
                 if p.epoch_model is model:
@@ -81,34 +81,45 @@ def _loader_info(atom: Made) -> LoaderInfo | None:
     return next((l for l in loaders(atom.model) if l.site is atom.site), None)
 
 
-def _eval_name(model: ScriptModel, p: Pass) -> bool:
+def _eval_name(model: ScriptModel, p: Pass, atom: Made) -> bool:
     """The loop iterates something named like an evaluation loader (`val_loader`
     handed to `evaluate(model, loader)`)."""
     from ddpcheck.model.values import EVAL_NAME
 
-    name = _held_as(model, p)
+    name = _held_as(model, p, atom)
     return bool(name and EVAL_NAME.search(name))
 
 
-def _held_as(model: ScriptModel, p: Pass) -> str | None:
+def _held_as(model: ScriptModel, p: Pass, atom: Made) -> str | None:
     """The name the loader has at the epoch loop: the argument of the call
-    that leads to the pass, or what the loop itself iterates."""
-    if p.via:
-        call = p.via[0]
+    under the epoch loop that leads to the pass, or what the loop itself
+    iterates."""
+    for call in p.via:
+        if p.epoch_model is model and p.epoch not in call.ctx.loops:
+            continue
         for a in call.node.args:
-            name = dotted_name(a.value)
-            if name and _mentions_loader(model, call, a.value, p):
+            name = _holding_name(model, a.value, call.ctx.function, call.stmt, atom)
+            if name:
                 return name
-    from ddpcheck.model.values import iterated_keys
-
+        break
     if p.loop_model is model:
-        return next(iterated_keys(p.loop.iter), None)
+        return _holding_name(model, p.loop.iter, p.loop.ctx.function, p.loop.node, atom)
     return None
 
 
-def _mentions_loader(model: ScriptModel, call: CallSite, expr: cst.BaseExpression, p: Pass) -> bool:
-    v = value_at(model, expr, call.ctx.function, call.stmt)
-    return any(a in v.atoms for a in p.consumed.made_by("DataLoader"))
+def _holding_name(model: ScriptModel, expr: cst.BaseExpression, scope, stmt, atom: Made, depth: int = 0) -> str | None:
+    """A name inside `expr` (`zip(a, cycle(b))`) that holds `atom`."""
+    if depth > 3:
+        return None
+    name = dotted_name(expr)
+    if name:
+        return name if atom in value_at(model, expr, scope, stmt).atoms else None
+    if isinstance(expr, cst.Call):
+        for a in expr.args:
+            found = _holding_name(model, a.value, scope, stmt, atom, depth + 1)
+            if found:
+                return found
+    return None
 
 
 def _visible(model: ScriptModel, sampler: SamplerInfo, loop: Loop) -> bool:
