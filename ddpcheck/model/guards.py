@@ -305,6 +305,33 @@ def _size_comparison(model, left, op_type, right, scope) -> Condition:
     return Condition(frozenset(must), frozenset(may))
 
 
+def worlds_from_call(model, ctx, fn, caller_model, call) -> frozenset[str]:
+    """The worlds reaching `ctx` (in `fn`, in `model`) when `fn` runs from
+    `call` (in `caller_model`): a branch testing one of `fn`'s parameters
+    (`def save(state, path, enabled): if enabled: ...`) is judged by what the
+    call passes for it, across modules too."""
+    from ddpcheck.model.flow import argument_expr
+
+    result = ALL
+    for b in ctx.branches:
+        cond = None
+        if b.function is fn and isinstance(b.test, (cst.Name, cst.UnaryOperation)):
+            name, negated = b.test, False
+            if isinstance(name, cst.UnaryOperation) and isinstance(name.operator, cst.Not):
+                name, negated = name.expression, True
+            if isinstance(name, cst.Name) and name.value in fn.params and \
+                    not [a for a in model.assignments(name.value, fn) if a.ctx.function is fn]:
+                bound, expr = argument_expr(call, fn, name.value)
+                if bound and expr is not None:
+                    cond = condition_of(caller_model, expr, call.ctx.function)
+                    if negated:
+                        cond = cond.negate()
+        if cond is None:
+            cond = condition_of(model, b.test, b.function)
+        result &= cond.true_branch if b.positive else cond.false_branch
+    return result
+
+
 def function_worlds(model, fn) -> frozenset[str]:
     """Worlds a function body runs in by its decorators alone (`@rank_zero_only`)."""
     extra = _extra_guards(model)
@@ -315,4 +342,4 @@ def function_worlds(model, fn) -> frozenset[str]:
     return ALL
 
 
-__all__ = ["condition_of", "is_rank_expr", "function_worlds", "SINGLE", "ALL"]
+__all__ = ["condition_of", "is_rank_expr", "function_worlds", "worlds_from_call", "SINGLE", "ALL"]
