@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Iterator
 
@@ -152,7 +153,7 @@ class WrappedStateDict(Rule):
                 continue
             reported.add(id(expr))
             yield self._hit(model, expr, dotted_name(expr) or "model", found[0], found[1],
-                            helper=f"{fn.name}() ({tmodel.path})")
+                            helper=f"{fn.name}() ({os.path.basename(tmodel.path)})")
 
     def _hit(self, model: ScriptModel, node: cst.CSTNode, key: str, w, via: CallSite | None,
              helper: str | None = None) -> Hit:
