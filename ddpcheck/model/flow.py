@@ -627,9 +627,21 @@ def every_pass(model: ScriptModel) -> Iterator[tuple[FunctionInfo | None, Pass]]
             yield fn, Pass(resolved(model, p.consumed), p.loop, p.loop_model, p.epoch, p.epoch_model, p.via)
 
 
+@query(on_cycle=())
+def epoch_passes(model: ScriptModel) -> tuple[Pass, ...]:
+    """`every_pass` restricted to the passes repeated by an epoch loop."""
+    return tuple(p for _fn, p in every_pass(model) if p.epoch is not None)
+
+
+def consumed_per_epoch(model: ScriptModel, site: CallSite) -> bool:
+    """The object made by `site` (a DataLoader of this file) is iterated in
+    full once per iteration of some epoch loop, through any of the flows above."""
+    return any(p.consumed.holds(model, site) for p in epoch_passes(model))
+
+
 __all__ = [
     "Value", "Made", "Param", "Const", "Opaque", "UNKNOWN_CONSTANT", "constant_of", "EMPTY", "Argument", "Pass",
     "value_of", "value_at", "resolved", "bind", "element_of", "iterated", "generator_consumes",
-    "passes", "every_pass", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value", "argument_expr", "union", "is_generator",
+    "passes", "every_pass", "epoch_passes", "consumed_per_epoch", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value", "argument_expr", "union", "is_generator",
     "CHAIN_METHODS", "ITERATION_WRAPPERS",
 ]
