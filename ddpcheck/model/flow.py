@@ -263,12 +263,45 @@ def value_of(model: ScriptModel, expr: cst.BaseExpression | None, scope: Functio
         return Value(frozenset({Const(literal)}))
     key = _key(expr)
     if key is not None:
-        return _name_value(model, key, scope, stmt)
+        found = _name_value(model, key, scope, stmt)
+        if isinstance(expr, cst.Subscript) and not any(isinstance(a, (Made, Param, Const)) for a in found.atoms):
+            # `loaders["train"]` with `loaders = {"train": DataLoader(...), ...}`
+            return entry_of(model, expr.value, expr.slice[0].slice.value.evaluated_value, scope)
+        return found
     if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
         idx = expr.slice[0].slice
         if isinstance(idx, cst.Index) and isinstance(idx.value, cst.Integer):
             return element_of(model, expr.value, idx.value.evaluated_value, scope)
     return opaque(type(expr).__name__)
+
+
+@query(on_cycle=EMPTY)
+def entry_of(model: ScriptModel, expr: cst.BaseExpression, name: object, scope: FunctionInfo | None) -> Value:
+    """The entry `name` of the dict `expr` holds: a dict literal, or a name
+    assigned one (`loaders = {"train": train_loader, "val": val_loader}`)."""
+    if isinstance(expr, cst.Dict):
+        for el in expr.elements:
+            if isinstance(el, cst.DictElement) and _literal(el.key) == name:
+                return value_of(model, el.value, scope)
+        return opaque("no such entry")
+    if isinstance(expr, cst.Call) and dotted_name(expr.func) == "dict":
+        for a in expr.args:
+            if a.keyword is not None and a.keyword.value == name:
+                return value_of(model, a.value, scope)
+        return opaque("no such entry")
+    if isinstance(expr, cst.Call):
+        site = model.site_of.get(id(expr))
+        target = model.resolve_call(site) if site is not None else None
+        if target is None or not target[1].returns:
+            return opaque("entry of a call not followed")
+        tmodel, fn = target
+        return bind(model, site, union(entry_of(tmodel, ret, name, fn) for ret, _ctx in fn.returns))
+    key = _key(expr)
+    if key is not None:
+        assigns = [a for a in model.assignments(key, scope) if a.augmented is None and a.value is not None]
+        if assigns:
+            return union(entry_of(model, a.value, name, a.ctx.function) for a in assigns)
+    return opaque("entry")
 
 
 _NAMED_CONSTANTS = {"True": True, "False": False, "None": None}
@@ -641,7 +674,7 @@ def consumed_per_epoch(model: ScriptModel, site: CallSite) -> bool:
 
 __all__ = [
     "Value", "Made", "Param", "Const", "Opaque", "UNKNOWN_CONSTANT", "constant_of", "EMPTY", "Argument", "Pass",
-    "value_of", "value_at", "resolved", "bind", "element_of", "iterated", "generator_consumes",
+    "value_of", "value_at", "resolved", "bind", "element_of", "entry_of", "iterated", "generator_consumes",
     "passes", "every_pass", "epoch_passes", "consumed_per_epoch", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value", "argument_expr", "union", "is_generator",
     "CHAIN_METHODS", "ITERATION_WRAPPERS",
 ]

@@ -223,3 +223,21 @@ def test_value_crosses_into_a_helper_module(tmp_path: Path):
     assert epochs[0].epoch_model is m and epochs[0].loop_model is not m
     loader_atom = epochs[0].consumed.made_by("DataLoader")[0]
     assert isinstance(loader_atom, Made) and loader_atom.model.path.endswith("data.py")
+
+
+def test_dict_entries_and_namespace_keys():
+    m = build("""
+        from torch.utils.data import DataLoader
+        def build(cfg):
+            loaders = {"train": DataLoader(train_set), "val": DataLoader(val_set)}
+            cfg["sampler"] = DistributedSampler(train_set)
+            return loaders
+        def fit(cfg):
+            loaders = build(cfg)
+            marker(loaders["train"])
+            marker2(cfg["sampler"])
+    """)
+    expr, scope = read(m)
+    v = value_at(m, expr, scope)
+    assert len(v.made) == 1 and v.made[0].site.node.args[0].value.value == "train_set"
+    assert made_names(value_at(m, *read(m, "marker2"))) == {"DistributedSampler"}
