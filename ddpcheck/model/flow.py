@@ -76,9 +76,9 @@ from typing import Iterable, Iterator
 
 import libcst as cst
 
-from ddpcheck.model.names import dotted_name, is_torch_api
+from ddpcheck.model.names import dotted_name
 from ddpcheck.model.query import query
-from ddpcheck.model.script import CallSite, FunctionInfo, Loop, ScriptModel, call_arg, owner_class
+from ddpcheck.model.script import CallSite, FunctionInfo, Loop, ScriptModel
 
 
 # -- atoms and values ------------------------------------------------------------

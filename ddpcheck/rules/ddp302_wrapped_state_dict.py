@@ -8,12 +8,12 @@ from typing import Iterator
 
 import libcst as cst
 
+from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
 from ddpcheck.model.flow import argument_expr
-from ddpcheck.model.query import query
-from ddpcheck.model.wrappers import strips_prefix, wrapper_held, wrapper_in
+from ddpcheck.model.wrappers import strips_prefix, wrapper_in
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
