@@ -196,6 +196,10 @@ ITERATION_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "c
 # Calls that take a loader but do not iterate it: `range(len(loader))`.
 NOT_ITERATING = frozenset({"range", "len", "int", "float", "str", "print", "min", "max", "isinstance",
                            "hasattr", "getattr", "type", "id", "DistributedDataParallel", "DataParallel"})
+# Calls that hand the loader to a library that re-shards it and manages its sampler
+# (accelerate, ignite, Lightning Fabric): what iterating the result does is theirs.
+MANAGED_LOADERS = frozenset({"prepare", "prepare_data_loader", "auto_dataloader", "setup_dataloaders",
+                             "distribute_dataloader"})
 _ITERABLE_KEYWORDS = frozenset({"iterable", "loader", "data_loader", "dataloader", "iterator"})
 _MAX_DEPTH = 8
 
@@ -568,6 +572,9 @@ def _consumed(model: ScriptModel, value: Value, depth: int) -> Value:
         target = m.resolve_call(site)
         if target is not None and is_generator(target[1]):
             out.append(bind(m, site, generator_consumes(*target)))
+            continue
+        if target is None and _wrapper_name(site) in MANAGED_LOADERS:
+            out.append(opaque(f"{_wrapper_name(site)}() manages the loader"))
             continue
         if target is None and _wrapper_name(site) not in NOT_ITERATING:
             # enumerate(loader), tqdm(loader), zip(a, b), metric_logger.log_every(loader, 10), a

@@ -241,3 +241,13 @@ def test_dict_entries_and_namespace_keys():
     v = value_at(m, expr, scope)
     assert len(v.made) == 1 and v.made[0].site.node.args[0].value.value == "train_set"
     assert made_names(value_at(m, *read(m, "marker2"))) == {"DistributedSampler"}
+
+
+def test_library_managed_loader_is_not_followed():
+    m = build("""
+        from torch.utils.data import DataLoader
+        loader = accelerator.prepare(DataLoader(ds))
+        marker(loader)
+    """)
+    consumed = iterated(m, *read(m))
+    assert not consumed.made_by("DataLoader") and not consumed.known
