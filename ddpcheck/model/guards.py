@@ -70,11 +70,25 @@ def _extra_guards(model) -> set[str]:
 
 def _condition(model, expr: cst.BaseExpression, scope) -> Condition:
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        return condition_of(model, expr.expression, scope).negate()
+        negations = 0
+        while isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+            negations += 1
+            expr = expr.expression
+        inner = condition_of(model, expr, scope)
+        return inner.negate() if negations % 2 else inner
     if isinstance(expr, cst.BooleanOperation):
-        left = condition_of(model, expr.left, scope)
-        right = condition_of(model, expr.right, scope)
-        return left.and_(right) if isinstance(expr.operator, cst.And) else left.or_(right)
+        # `a and b and c ...` nests to the left: fold the chain in a loop, so a
+        # long chain never reaches the recursion limit
+        op = type(expr.operator)
+        rights = []
+        while isinstance(expr, cst.BooleanOperation) and type(expr.operator) is op:
+            rights.append(expr.right)
+            expr = expr.left
+        result = condition_of(model, expr, scope)
+        for right in reversed(rights):
+            cond = condition_of(model, right, scope)
+            result = result.and_(cond) if op is cst.And else result.or_(cond)
+        return result
     if isinstance(expr, cst.Comparison):
         return _comparison(model, expr, scope)
     if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
