@@ -22,9 +22,10 @@ from ddpcheck.model.script import (
     Assign, Branch, CallSite, Ctx, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
 )
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
+from ddpcheck.model.reads import Division, chain_names, env_name, subscript_name
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
-_ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
+ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
 
 
 
@@ -106,6 +107,11 @@ class ScriptBuilder:
         # (branches, block_exits) of the enclosing code while inside a def
         self.saved_branches: list[tuple[list[Branch], list[int]]] = []
         self._ref_ctx_cache: Ctx | None = None
+        # names read by the recorded expressions being walked (innermost last),
+        # and the divisions inside them; see model/reads.py
+        self.reading: list[set[str]] = []
+        self.dividing: list[list[Division]] = []
+        self.chained: set[int] = set()   # inner attributes of a chain already read
 
     # -- context --------------------------------------------------------------
     def ctx(self) -> Ctx:
@@ -252,12 +258,36 @@ class ScriptBuilder:
         )
         self.m.calls.append(site)
         self.m.site_of[id(node)] = site
-        if site.qual in _ENV_READ_CALLS and node.args:
+        if site.qual in ENV_READ_CALLS and node.args:
             self._env_read(string_value(node.args[0].value))
 
     def _env_read(self, name: str | None) -> None:
         if name:
             self.m.env_reads.setdefault(name, []).append(self.fn_stack[-1])
+            if self.reading:
+                self.reading[-1].add(env_name(name))
+
+    # -- names read (model/reads.py) ---------------------------------------------------
+    def _begin_reads(self) -> None:
+        self.reading.append(set())
+        self.dividing.append([])
+
+    def _end_reads(self, expr: cst.CSTNode | None) -> None:
+        names = self.reading.pop()
+        divisions = self.dividing.pop()
+        if self.reading:
+            self.reading[-1] |= names
+            self.dividing[-1] += divisions
+        if expr is not None:
+            self.m.reads_of[id(expr)] = frozenset(names)
+            if divisions:
+                self.m.divisions_of[id(expr)] = tuple(divisions)
+
+    def _read(self, expr):
+        """Walk `expr` as a recorded expression (a generator step)."""
+        self._begin_reads()
+        yield expr
+        self._end_reads(expr)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         ctx = self.ctx()
@@ -283,10 +313,18 @@ class ScriptBuilder:
             self.m.assigns.append(Assign(k, node.value, self.ctx(), node, augmented=op))
 
     def visit_Name(self, node: cst.Name) -> None:
+        if self.reading:
+            self.reading[-1].add(node.value)
         self.m.references.setdefault(node.value, []).append(
             Reference(node.value, node, self._ref_ctx(), via_attribute=False))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
+        if self.reading and id(node) not in self.chained:
+            self.reading[-1].update(chain_names(node))
+            inner = node.value
+            while isinstance(inner, cst.Attribute):   # its prefixes are in: skip them below
+                self.chained.add(id(inner))
+                inner = inner.value
         name = node.attr.value
         self.m.references.setdefault(name, []).append(
             Reference(name, node, self._ref_ctx(), via_attribute=True))
@@ -377,7 +415,7 @@ class ScriptBuilder:
 
     def _walk_if(self, node: cst.If):
         self.stmt = node
-        yield node.test
+        yield from self._read(node.test)
         self.visit_If_body(node)
         yield node.body
         self.leave_If_body(node)
@@ -390,7 +428,7 @@ class ScriptBuilder:
     def _walk_for(self, node: cst.For):
         self.visit_For(node)
         yield node.target
-        yield node.iter
+        yield from self._read(node.iter)
         self.visit_For_body(node)
         yield node.body
         self.leave_For_body(node)
@@ -399,7 +437,7 @@ class ScriptBuilder:
 
     def _walk_while(self, node: cst.While):
         self.visit_While(node)
-        yield node.test
+        yield from self._read(node.test)
         self.visit_While_body(node)
         yield node.body
         self.leave_While_body(node)
@@ -434,10 +472,12 @@ class ScriptBuilder:
         self.leave_With(node)
 
     def _walk_call(self, node: cst.Call):
+        self._begin_reads()
         self.visit_Call(node)
         yield node.func
         for arg in node.args:
-            yield arg.value
+            yield from self._read(arg.value)
+        self._end_reads(node)
 
     def _walk_attribute(self, node: cst.Attribute):
         self.visit_Attribute(node)
@@ -465,7 +505,7 @@ class ScriptBuilder:
 
     def _walk_if_exp(self, node: cst.IfExp):
         # `dist.get_rank() if dist.is_initialized() else 0`: each arm runs under its test
-        yield node.test
+        yield from self._read(node.test)
         self.branches.append(Branch(node.test, True, self.fn_stack[-1]))
         yield node.body
         self.branches[-1] = Branch(node.test, False, self.fn_stack[-1])
@@ -475,7 +515,7 @@ class ScriptBuilder:
     def _walk_bool_op(self, node: cst.BooleanOperation):
         # `is_main_process() and torch.save(...)`: the right side runs only when
         # the left one is true (`and`) or false (`or`)
-        yield node.left
+        yield from self._read(node.left)
         self.branches.append(Branch(node.left, isinstance(node.operator, cst.And), self.fn_stack[-1]))
         yield node.right
         self.branches.pop()
@@ -486,11 +526,46 @@ class ScriptBuilder:
         for t in node.targets:
             yield t.target
         self.in_target = False
-        yield node.value
+        yield from self._read(node.value)
 
+    def _walk_ann_assign(self, node: cst.AnnAssign):
+        self.visit_AnnAssign(node)
+        yield node.target
+        yield node.annotation
+        if node.value is not None:
+            yield from self._read(node.value)
+
+    def _walk_aug_assign(self, node: cst.AugAssign):
+        self.visit_AugAssign(node)
+        yield node.target
+        yield from self._read(node.value)
+
+    def _walk_return(self, node: cst.Return):
+        self.visit_Return(node)
+        if node.value is not None:
+            yield from self._read(node.value)
+
+    def _walk_binary(self, node: cst.BinaryOperation):
+        if not self.reading or not isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
+            yield node.left
+            yield node.right
+            return
+        self._begin_reads()
+        yield node.left
+        dividend = frozenset(self.reading[-1])
+        self._end_reads(None)
+        self._begin_reads()
+        yield node.right
+        divisor = frozenset(self.reading[-1])
+        self._end_reads(None)
+        self.dividing[-1].append(Division(node, dividend, divisor))
     def _walk_subscript(self, node: cst.Subscript):
         if not self.in_target:
             self._env_read(environ_key(self.m.imports, node))
+            if self.reading:
+                key = subscript_name(node)
+                if key:
+                    self.reading[-1].add(key)
         in_target, self.in_target = self.in_target, False
         yield node.value
         for el in node.slice:
@@ -542,6 +617,10 @@ _SPECIAL = {
     cst.IfExp: ScriptBuilder._walk_if_exp,
     cst.BooleanOperation: ScriptBuilder._walk_bool_op,
     cst.Assign: ScriptBuilder._walk_assign,
+    cst.AnnAssign: ScriptBuilder._walk_ann_assign,
+    cst.AugAssign: ScriptBuilder._walk_aug_assign,
+    cst.Return: ScriptBuilder._walk_return,
+    cst.BinaryOperation: ScriptBuilder._walk_binary,
     cst.Subscript: ScriptBuilder._walk_subscript,
     cst.Comparison: ScriptBuilder._walk_comparison,
     cst.Del: ScriptBuilder._walk_del,
