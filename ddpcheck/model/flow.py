@@ -219,11 +219,36 @@ def _key(expr: cst.BaseExpression) -> str | None:
     return None
 
 
-@query(on_cycle=())
 def assignments_anywhere(model: ScriptModel, key: str) -> tuple:
     """Every write of `key` in the file, whatever function it is in (for a
     namespace attribute set in one function and read in another)."""
-    return tuple(a for a in model.assigns if a.key == key)
+    return _assigns_by_key(model).get(key, ())
+
+
+@query(on_cycle=None)
+def _assigns_by_key(model: ScriptModel) -> dict:
+    by_key: dict = {}
+    for a in model.assigns:
+        by_key.setdefault(a.key, []).append(a)
+    return {k: tuple(v) for k, v in by_key.items()}
+
+
+@query(on_cycle=None)
+def _call_by_func_node(model: ScriptModel) -> dict:
+    return {id(c.node.func): c for c in model.calls}
+
+
+def loops_in(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Loop, ...]:
+    """The loops whose statement is directly in `fn` (None: module level)."""
+    return _loops_by_function(model).get(fn, ())
+
+
+@query(on_cycle=None)
+def _loops_by_function(model: ScriptModel) -> dict:
+    by_fn: dict = {}
+    for loop in model.loops:
+        by_fn.setdefault(loop.ctx.function, []).append(loop)
+    return {k: tuple(v) for k, v in by_fn.items()}
 
 
 def namespace_key(key: str) -> bool:
@@ -469,7 +494,7 @@ def _default(fn: FunctionInfo, name: str) -> cst.BaseExpression | None:
 def arguments_for(model: ScriptModel, fn: FunctionInfo, name: str) -> tuple[Argument, ...] | None:
     """What the file's call sites pass for `fn`'s parameter `name`; None when
     some use of `fn` is not a call we can bind, or nothing calls it."""
-    calls = {id(c.node.func): c for c in model.calls}
+    calls = _call_by_func_node(model)
     found = []
     for ref in model.refs_to(fn):
         call = calls.get(id(ref.node))
@@ -631,8 +656,8 @@ class Pass:
 @query(on_cycle=())
 def passes(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Pass, ...]:
     found: list[Pass] = []
-    for loop in model.loops:
-        if loop.ctx.function is not fn or not loop.is_for:
+    for loop in loops_in(model, fn):
+        if not loop.is_for:
             continue
         consumed = iterated(model, loop.iter, fn)
         if not consumed:
@@ -719,6 +744,6 @@ def consumed_per_epoch(model: ScriptModel, site: CallSite) -> bool:
 __all__ = [
     "Value", "Made", "Param", "Const", "Opaque", "UNKNOWN_CONSTANT", "constant_of", "EMPTY", "Argument", "Pass",
     "value_of", "value_at", "resolved", "bind", "element_of", "entry_of", "iterated", "generator_consumes",
-    "passes", "every_pass", "epoch_passes", "consumed_per_epoch", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value", "argument_expr", "union", "is_generator",
+    "passes", "every_pass", "loops_in", "epoch_passes", "consumed_per_epoch", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value", "argument_expr", "union", "is_generator",
     "CHAIN_METHODS", "ITERATION_WRAPPERS",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.flow import arguments_for, constant_of
+from ddpcheck.model.flow import arguments_for, constant_of, loops_in
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
@@ -180,8 +180,7 @@ def strips_prefix(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool:
     key = dotted_name(expr)
     if key is None:
         return False
-    if any(c.attr in _STRIP_FUNCTIONS and c.node.args and dotted_name(c.node.args[0].value) == key
-           for c in model.calls_in(scope)):
+    if key in _handed_to_strip(model, scope):
         return True
     if _filled_renamed(model, key, scope):
         return True
@@ -189,11 +188,19 @@ def strips_prefix(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool:
     return bool(assigns) and all(strips_prefix(model, a.value, a.ctx.function) for a in assigns)
 
 
+@query(on_cycle=frozenset())
+def _handed_to_strip(model: ScriptModel, scope) -> frozenset[str]:
+    """Names handed to a prefix-stripping function in `scope`
+    (`consume_prefix_in_state_dict_if_present(state_dict, "module.")`)."""
+    return frozenset(dotted_name(c.node.args[0].value) for c in model.calls_in(scope)
+                     if c.attr in _STRIP_FUNCTIONS and c.node.args and dotted_name(c.node.args[0].value))
+
+
 def _filled_renamed(model: ScriptModel, key: str, scope) -> bool:
     """`for k, v in sd.items(): new_sd[k[7:]] = v`: a dict filled key by key
     under renamed keys."""
-    for loop in model.loops:
-        if loop.ctx.function is not scope or not loop.is_for:
+    for loop in loops_in(model, scope):
+        if not loop.is_for:
             continue
         body = loop.node.body
         stmts = body.body if isinstance(body, cst.IndentedBlock) else ()

@@ -14,7 +14,7 @@ from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
 from ddpcheck.model.flow import argument_expr
-from ddpcheck.model.wrappers import strips_prefix, wrapper_in
+from ddpcheck.model.wrappers import renames_key, strips_prefix, wrapper_in
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -23,8 +23,6 @@ TORCH_SAVE = ("torch.save", "torch.serialization.save")
 SAVE_HELPER = re.compile(r"^(save|save_on_\w+|save_(checkpoint|ckpt|model|state|weights)\w*|\w*_save)$")
 # A test that tells the wrapper apart: `model.module if hasattr(model, "module") else model`.
 _UNWRAP_NAMES = {"module", "isinstance", "hasattr", "DataParallel", "DistributedDataParallel", "DDP", "DP"}
-# A helper that strips the prefix before writing.
-STRIPS_PREFIX = re.compile(r"['\"]module\.|removeprefix|consume_prefix_in_state_dict_if_present|unwrap")
 
 
 def tells_wrapper_apart(model: ScriptModel, test: cst.BaseExpression) -> bool:
@@ -50,8 +48,9 @@ def _helper_saves(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
             if target is not None and _helper_saves(target[0], target[1], depth + 1):
                 result = True
                 break
-    if result and STRIPS_PREFIX.search(model.module.code_for_node(fn.node)):
-        result = False
+    if result and any(renames_key(model, c.node, fn) or (c.attr or "").startswith("unwrap")
+                      for c in model.calls_in(fn)):
+        result = False   # renames the keys (or unwraps) on the way, whatever it then saves
     return result
 
 
@@ -103,10 +102,10 @@ class _Collector:
 
     def name(self, key: str, scope: FunctionInfo | None, depth: int) -> None:
         """What the checkpoint dict under `key` was filled with before the save."""
-        for a in self.model.assigns:
+        for a in self.model.assigns_in(scope):
             if a.value is None or not (a.key == key or a.key.startswith(key + "[")):
                 continue
-            if a.ctx.function is not scope or a.ctx.order > self.sink.ctx.order:
+            if a.ctx.order > self.sink.ctx.order:
                 continue
             self.expr(a.value, scope, depth + 1)
 
