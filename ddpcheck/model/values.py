@@ -7,7 +7,6 @@ None`), method chains (`DDP(model).cuda()`), and local builder functions
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterator
 

@@ -10,13 +10,13 @@ class (set-up runs first), unless the class unwraps it somewhere."""
 from __future__ import annotations
 
 from ddpcheck.model.query import query
+from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.script import Ctx, ScriptModel
 from ddpcheck.model.values import WrapInfo, _direct_values, exclusive, wraps
 
 
 def _unwraps(model: ScriptModel, key: str, value) -> bool:
-    text = model.module.code_for_node(value)
-    return f"{key}.module" in text
+    return reads_name(reads(model, value), f"{key}.module")
 
 
 @query
