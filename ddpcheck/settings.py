@@ -3,7 +3,7 @@ model and the rules all read the same typed object."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -19,4 +19,3 @@ class LintSettings:
     # (`from utils import save_on_master`); None: the file's own folder and up
     # to the nearest folder without a package marker.
     root: str | None = None
-    extra: dict = field(default_factory=dict, compare=False, hash=False)

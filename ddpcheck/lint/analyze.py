@@ -10,9 +10,10 @@ from ddpcheck.model.positions import positions_of
 from ddpcheck.model.project import ProjectIndex
 from ddpcheck.findings import Finding, PartialAnalysis
 from ddpcheck.parse.syntax import parse
+from ddpcheck.settings import LintSettings
 
 
-def analyze(text: str, path: str, settings) -> list[Finding]:
+def analyze(text: str, path: str, settings: LintSettings) -> list[Finding]:
     from ddpcheck.rules import REGISTRY  # imports every rule module
 
     module = parse(text)

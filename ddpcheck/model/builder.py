@@ -22,6 +22,7 @@ from ddpcheck.model.script import (
     Assign, Branch, CallSite, Ctx, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
 )
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
+from ddpcheck.settings import LintSettings
 from ddpcheck.model.reads import Division, chain_names, env_name, subscript_name
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
@@ -627,7 +628,7 @@ _SPECIAL = {
 }
 
 
-def build_model(path: str, module: cst.Module, settings) -> ScriptModel:
+def build_model(path: str, module: cst.Module, settings: LintSettings) -> ScriptModel:
     model = ScriptModel(path, module, settings)
     ScriptBuilder(model).walk(module)
     return model

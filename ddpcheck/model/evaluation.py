@@ -9,13 +9,13 @@ local module (`evaluate(model, val_loader)` -> `for x, y in data_loader:`).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 import libcst as cst
 
 from ddpcheck.model.epochs import arg_index, param_for, param_loops
 from ddpcheck.model.query import query
+from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel, owner_class
 from ddpcheck.model.values import LoaderInfo, iterated_keys
 
@@ -63,7 +63,7 @@ def _receiving_scopes(model: ScriptModel, loader: LoaderInfo) -> list[FunctionIn
     fn, key = loader.site.ctx.function, loader.key
     if fn is None or key is None or "." in key:
         return []
-    if not any(re.search(r"(?<![\w.])" + re.escape(key) + r"\b", model.module.code_for_node(v)) for v, _ in fn.returns):
+    if not any(reads_name(reads(model, v), key) for v, _ in fn.returns):
         return []
     scopes = []
     for a in model.assigns:

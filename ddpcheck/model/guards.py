@@ -45,8 +45,7 @@ def _last(model, expr: cst.BaseExpression) -> str | None:
 
 
 def _extra_guards(model) -> set[str]:
-    settings = model.settings
-    return set(getattr(settings, "main_process_guards", ()) or ())
+    return set(model.settings.main_process_guards)
 
 
 def _condition(model, expr: cst.BaseExpression, scope) -> Condition:

@@ -101,11 +101,7 @@ class Accumulator:
         return self.key.split("[")[0]
 
 
-def mentions(text: str, token: str) -> bool:
-    return re.search(r"(?<![\w.])" + re.escape(token) + r"\b", text) is not None
-
-
 __all__ = [
     "is_reduction", "function_reduces", "is_report", "local_class", "class_reduces",
-    "Accumulator", "mentions", "METER_CLASS",
+    "Accumulator", "METER_CLASS",
 ]

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import libcst as cst
 
+from ddpcheck.settings import LintSettings
+
 _CACHE: dict[str, object] = {}
 # A training repo's helper modules (utils.py, misc.py, comm.py, dist_utils.py)
 # are a few hundred lines. A module far larger than that is a library of its
@@ -27,9 +29,9 @@ _LIBRARY_ROOTS = {"torch", "torchvision", "torchaudio", "numpy", "accelerate", "
 
 
 class ProjectIndex:
-    def __init__(self, settings) -> None:
+    def __init__(self, settings: LintSettings) -> None:
         self.settings = settings
-        self.root = Path(settings.root).resolve() if getattr(settings, "root", None) else None
+        self.root = Path(settings.root).resolve() if settings.root else None
 
     # -- finding files --------------------------------------------------------
     def _bases(self, from_path: str, level: int) -> list[Path]:

@@ -17,6 +17,7 @@ import libcst as cst
 from ddpcheck.model.names import ImportTable, dotted_name
 from ddpcheck.model.query import QueryCache, query
 from ddpcheck.model.worlds import ALL
+from ddpcheck.settings import LintSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from ddpcheck.model.reads import Division
@@ -162,7 +163,7 @@ _EMPTY: list = []
 
 
 class ScriptModel:
-    def __init__(self, path: str, module: cst.Module, settings) -> None:
+    def __init__(self, path: str, module: cst.Module, settings: LintSettings) -> None:
         self.path = path
         self.module = module
         self.settings = settings

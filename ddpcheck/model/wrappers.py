@@ -14,13 +14,13 @@ import libcst as cst
 from ddpcheck.model.flow import arguments_for, constant_of, loops_in
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.query import query
+from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import WrapInfo, _direct_values, exclusive, wraps
 
 
 def _unwraps(model: ScriptModel, key: str, value) -> bool:
-    text = model.module.code_for_node(value)
-    return f"{key}.module" in text
+    return reads_name(reads(model, value), f"{key}.module")
 
 
 @query

@@ -9,12 +9,13 @@ import libcst as cst
 
 from ddpcheck.model.evaluation import LoaderLoop, is_eval_loader, loader_loops
 from ddpcheck.model.metrics import (
-    METER_CLASS, Accumulator, class_reduces, function_reduces, is_report, local_class, mentions,
+    METER_CLASS, Accumulator, class_reduces, function_reduces, is_report, local_class,
 )
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import loaders, origins
 from ddpcheck.model.worlds import D0, DN
+from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -57,8 +58,8 @@ def derived(m: ScriptModel, ll: LoaderLoop, accs: list[Accumulator]) -> set[str]
         for a in m.assigns_in(fn):
             if a.value is None or a.key in tokens or a.ctx.inside(ll.loop):
                 continue
-            text = m.module.code_for_node(a.value)
-            if any(mentions(text, t) for t in tokens):
+            names = reads(m, a.value)
+            if any(reads_name(names, t) for t in tokens):
                 tokens.add(a.key.split("[")[0])
                 grown = True
         if not grown:
@@ -77,16 +78,16 @@ def first_report(m: ScriptModel, ll: LoaderLoop, tokens: set[str]) -> tuple[cst.
             continue
         if not (m.worlds(c.ctx) & {D0, DN}):
             continue
-        text = " ".join(m.module.code_for_node(a.value) for a in c.node.args)
-        hit = next((t for t in sorted(tokens) if mentions(text, t)), None)
+        names = frozenset().union(*(reads(m, a.value) for a in c.node.args))
+        hit = next((t for t in sorted(tokens) if reads_name(names, t)), None)
         if hit:
             candidates.append((c.ctx.order, c.node, f"`{c.func or c.attr}(...)`", hit))
     if fn is not None:
         for value, ctx in fn.returns:
             if ctx.order <= after or ctx.inside(ll.loop) or not (m.worlds(ctx) & {D0, DN}):
                 continue
-            text = m.module.code_for_node(value)
-            hit = next((t for t in sorted(tokens) if mentions(text, t)), None)
+            names = reads(m, value)
+            hit = next((t for t in sorted(tokens) if reads_name(names, t)), None)
             if hit:
                 candidates.append((ctx.order, value, "the `return`", hit))
     if not candidates:

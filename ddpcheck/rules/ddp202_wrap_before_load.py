@@ -7,6 +7,7 @@ from typing import Iterator
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import exclusive, wraps_before
+from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -19,8 +20,8 @@ def _still_wrapped(model: ScriptModel, key: str, wrap, load_order: int, scope) -
         if exclusive(wrap.site.ctx, a.ctx):
             continue
         if wrap.order < a.ctx.order < load_order and a.value is not None:
-            text = model.module.code_for_node(a.value)
-            if f"{key}.module" in text or key not in text:
+            names = reads(model, a.value)
+            if reads_name(names, f"{key}.module") or not reads_name(names, key):
                 return False
     return True
 

@@ -12,6 +12,7 @@ from ddpcheck.model.query import query
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.values import exclusive
+from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -63,7 +64,7 @@ def _looks_like_weights(model: ScriptModel, site) -> bool:
     for key in keys:   # `sd = torch.load(p)` ... `model.load_state_dict(sd)`
         for c in model.calls_in(site.ctx.function):
             if c.attr == "load_state_dict" and any(
-                    re.match(re.escape(key) + r"\b", model.module.code_for_node(a.value)) for a in c.node.args):
+                    reads_name(reads(model, a.value), key) for a in c.node.args):
                 return True
     return False
 
