@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.guards import function_worlds
-from ddpcheck.model.names import dotted_name
+from ddpcheck.model.paths import per_rank_path
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.reach import other_ranks_reach, unguarded_caller
 from ddpcheck.model.worlds import DN
@@ -33,27 +32,16 @@ def checkpoint_write(site: CallSite) -> str | None:
     return None
 
 
-PER_RANK = re.compile(r"rank|process_index|gpu_id|local_gpu")
-
-
 def per_rank_target(model: ScriptModel, site: CallSite, kind: str) -> bool:
     """The write goes to a path of its own on each rank (`f"queue{rank}.pth"`,
-    `log_dir=f"runs/rank{args.rank}"`): deliberate per-rank state, not N
-    processes fighting over one file."""
+    `log_dir=f"runs/rank{args.rank}"`)."""
     if kind == "save":
         target = site.arg("f", 1)
     elif kind == "SummaryWriter":
         target = site.arg("log_dir", 0)
     else:
         return False
-    if target is None:
-        return False
-    texts = [model.module.code_for_node(target)]
-    key = dotted_name(target)
-    if key is not None:
-        texts += [model.module.code_for_node(a.value)
-                  for a in model.assignments(key, site.ctx.function) if a.value is not None]
-    return any(PER_RANK.search(t) for t in texts)
+    return per_rank_path(model, target, site.ctx.function)
 
 
 def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> CallSite | None:

@@ -1,0 +1,42 @@
+"""DDP304 download-on-every-rank."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ddpcheck.findings import Severity
+from ddpcheck.model.distributed import runs_distributed
+from ddpcheck.model.downloads import download_call, same_download
+from ddpcheck.model.rankfirst import every_rank_at_once
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.rules.base import Hit, Rule, register
+
+
+@register
+class DownloadOnEveryRank(Rule):
+    code = "DDP304"
+    name = "download-on-every-rank"
+    severity = Severity.WARNING
+    message = ("a download runs on every rank at once: N processes write and extract the same archive "
+               "into the same folder, and a rank can read a half-written file")
+    fix = ("let rank 0 download first: `if rank != 0: dist.barrier()` before it and `if rank == 0: "
+           "dist.barrier()` after it (or `with accelerator.main_process_first():`), or download once before "
+           "launching and pass `download=False`")
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        if not runs_distributed(model):
+            return
+        for site in model.calls:
+            what = download_call(model, site)
+            if what is None or site.ctx.opaque:
+                continue
+            if every_rank_at_once(model, site, same_download):
+                call = f"`{site.func}(...)`" if site.func else "this download"
+                if what == "data set":
+                    why = ("every rank downloads and extracts the same archive into the same folder at once: "
+                           "the writes interleave (a corrupt archive, `RuntimeError: File not found or corrupted`) "
+                           "and a fast rank can open files another rank is still writing")
+                else:
+                    why = ("every rank writes the same file at once: the writes interleave into a corrupt file, "
+                           "and a rank can read it while another is still writing")
+                yield Hit(site.node, message=f"{call} with a download runs on every rank: {why}")
