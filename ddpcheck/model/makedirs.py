@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.model.names import dotted_name
+from ddpcheck.model.paths import per_rank_path
 from ddpcheck.model.script import CallSite, ScriptModel
 
 MAKEDIRS = {"os.makedirs", "os.mkdir"}
@@ -29,6 +30,8 @@ class FolderCreation:
 
 def _is_path_object(model: ScriptModel, expr: cst.BaseExpression) -> bool:
     """`Path(d)` / `pathlib.Path(d)` / `(out / "ckpt")` built from a Path call."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Divide):
+        return _is_path_object(model, expr.left)
     if isinstance(expr, cst.Call):
         name = dotted_name(expr.func)
         return bool(name) and model.imports.qualify(name) in PATH_CLASSES and (
@@ -94,9 +97,15 @@ def _path_variable(model: ScriptModel, site: CallSite) -> bool:
     return bool(assigns) and all(a.value is not None and _is_path_object(model, a.value) for a in assigns)
 
 
+def racy_folder_creation(model: ScriptModel, site: CallSite) -> bool:
+    """A creation that fails when the folder exists, of a folder shared by the ranks."""
+    found = folder_creation(model, site)
+    return found is not None and not per_rank_path(model, found.path, site.ctx.function)
+
+
 def same_folder_creation(model: ScriptModel, site: CallSite) -> bool:
     q = site.qual or ""
     return q in MAKEDIRS or site.attr == "mkdir"
 
 
-__all__ = ["folder_creation", "same_folder_creation", "FolderCreation"]
+__all__ = ["folder_creation", "racy_folder_creation", "same_folder_creation", "FolderCreation"]

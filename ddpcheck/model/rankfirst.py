@@ -158,4 +158,24 @@ def every_rank_at_once(model: ScriptModel, site: CallSite, same_work: SameWork) 
     return reached_at_once(model, site.ctx.function, same_work)
 
 
-__all__ = ["every_rank_at_once", "ordered_here", "reached_at_once", "waits_for_rank_zero", "RANK_ZERO_FIRST"]
+@query(on_cycle=None)
+def unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork, depth: int = 0) -> CallSite | None:
+    """The call in `fn` that does the work on every rank entering `fn`, with
+    nothing inside `fn` making rank 0 go first: the work itself, or a call of
+    a local helper that does it (two deep). For helpers in another module,
+    reported at the call that reaches them."""
+    if DN not in function_worlds(model, fn):
+        return None
+    for c in model.calls_in(fn):
+        if DN not in model.worlds(c.ctx) or c.ctx.opaque or ordered_here(model, c, is_work):
+            continue
+        if is_work(model, c):
+            return c
+        target = model.resolve_call(c)
+        if depth < 2 and target is not None and target[1] is not fn \
+                and unordered_work(target[0], target[1], is_work, depth + 1) is not None:
+            return c
+    return None
+
+
+__all__ = ["every_rank_at_once", "unordered_work", "ordered_here", "reached_at_once", "waits_for_rank_zero", "RANK_ZERO_FIRST"]
