@@ -60,6 +60,12 @@ DCP_SAVE = {
 }
 
 
+def is_distributed_checkpoint_save(qual: str | None) -> bool:
+    """`torch.distributed.checkpoint.save` and friends: every rank must call
+    them (each writes its own shard), unlike `torch.save`."""
+    return (qual or "") in DCP_SAVE
+
+
 def _is_fsdp_wrap(model: ScriptModel, site: CallSite) -> bool:
     if is_api_call(model, site, "FullyShardedDataParallel"):
         return (site.qual or "").startswith("torch.")
@@ -266,4 +272,4 @@ def decided_by_callers(model: ScriptModel, fn: FunctionInfo, need: Need) -> Need
     return None
 
 
-__all__ = ["Sharded", "Need", "sharded_kind", "direct_need", "call_need", "function_needs", "decided_by_callers"]
+__all__ = ["is_distributed_checkpoint_save", "Sharded", "Need", "sharded_kind", "direct_need", "call_need", "function_needs", "decided_by_callers"]

@@ -7,6 +7,7 @@ from typing import Iterator
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.guards import function_worlds
 from ddpcheck.model.paths import per_rank_path
+from ddpcheck.model.sharding import is_distributed_checkpoint_save
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.reach import other_ranks_reach, unguarded_caller
 from ddpcheck.model.worlds import DN
@@ -23,7 +24,7 @@ _WHY = {
 def checkpoint_write(site: CallSite) -> str | None:
     """The kind of every-rank write a call is, or None."""
     q = site.qual or ""
-    if q.startswith("torch.") and q.rpartition(".")[2] == "save":
+    if q.startswith("torch.") and q.rpartition(".")[2] == "save" and not is_distributed_checkpoint_save(q):
         return "save"
     if q.rpartition(".")[2] == "SummaryWriter" and ("tensorboard" in q or "tensorboardX" in q):
         return "SummaryWriter"

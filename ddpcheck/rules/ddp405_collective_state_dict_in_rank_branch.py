@@ -6,6 +6,7 @@ from typing import Iterator
 
 from ddpcheck.findings import Severity
 from ddpcheck.model.collectives import site_worlds
+from ddpcheck.model.guards import rank_branch_text
 from ddpcheck.model.script import CallSite, ScriptModel
 from ddpcheck.model.sharding import Need, Sharded, call_need, decided_by_callers
 from ddpcheck.model.worlds import describe, only_some_ranks
@@ -48,7 +49,7 @@ class CollectiveStateDictInRankBranch(Rule):
                 need = decided_by_callers(model, fn, need) if fn is not None else None
                 if need is None:
                     continue
-            yield self._hit(site, need, describe(worlds))
+            yield self._hit(site, need, f"{describe(worlds)} ({rank_branch_text(model, site.ctx)})")
 
     def _hit(self, site: CallSite, need: Need, who: str) -> Hit:
         kind = need.kind
@@ -62,4 +63,5 @@ class CollectiveStateDictInRankBranch(Rule):
         return Hit(site.node, message=(
             f"{what}{sharded}, a collective: {_WHY[kind]}, so the ranks that skip it never join and the job "
             "hangs until the NCCL timeout"
-        ), fix=_FIX.get(kind, _DEFAULT_FIX))
+        ), fix=(f"call {call} on every rank, outside the rank test, and guard only the file write inside it"
+                if need.via else _FIX.get(kind, _DEFAULT_FIX)))
