@@ -20,7 +20,9 @@ is done (torchvision's `download=True` sees the verified archive and returns,
 
 The same question is asked of every call that leads to the line, up the call
 graph of the file: `with torch_distributed_zero_first(rank): ds =
-build_dataset(cfg)` orders whatever `build_dataset` downloads.
+build_dataset(cfg)` orders whatever `build_dataset` downloads. Code that runs
+in the launching process of an `mp.spawn` script (before it spawns the
+workers) runs once, not on every rank.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import libcst as cst
 
 from ddpcheck.model.collectives import function_events
 from ddpcheck.model.guards import function_worlds
+from ddpcheck.model.launchers import is_worker_spawn, runs_in_launcher_only, spawns_workers
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.query import query
 from ddpcheck.model.reach import other_ranks_reach
@@ -128,6 +131,11 @@ def _calls_by_callee(model: ScriptModel) -> dict[int, CallSite]:
     return {id(c.node.func): c for c in model.calls}
 
 
+@query(on_cycle={})
+def _calls_by_argument(model: ScriptModel) -> dict[int, CallSite]:
+    return {id(a.value): c for c in model.calls for a in c.node.args}
+
+
 @query(on_cycle=False)
 def reached_at_once(model: ScriptModel, fn: FunctionInfo | None, same_work: SameWork) -> bool:
     """Every rank can enter `fn` at the same time: some place the script
@@ -135,14 +143,17 @@ def reached_at_once(model: ScriptModel, fn: FunctionInfo | None, same_work: Same
     rank-0-first (a function nobody in the file calls is not judged)."""
     if fn is None:
         return True
-    if DN not in function_worlds(model, fn):
+    if DN not in function_worlds(model, fn) or spawns_workers(model, fn):
         return False
     callers = _calls_by_callee(model)
     for ref in model.refs_to(fn):
         if ref.ctx.function is fn or DN not in model.worlds(ref.ctx):
             continue
+        spawn = _calls_by_argument(model).get(id(ref.node))
+        if spawn is not None and is_worker_spawn(spawn):
+            return True   # `mp.spawn(main_worker, ...)`: every worker starts it at once
         call = callers.get(id(ref.node))
-        if call is not None and ordered_here(model, call, same_work):
+        if call is not None and (ordered_here(model, call, same_work) or runs_in_launcher_only(model, call.ctx)):
             continue
         if reached_at_once(model, ref.ctx.function, same_work):
             return True
@@ -151,7 +162,7 @@ def reached_at_once(model: ScriptModel, fn: FunctionInfo | None, same_work: Same
 
 def every_rank_at_once(model: ScriptModel, site: CallSite, same_work: SameWork) -> bool:
     """The non-zero ranks reach the call, and nothing makes rank 0 run it first."""
-    if not other_ranks_reach(model, site.ctx):
+    if not other_ranks_reach(model, site.ctx) or runs_in_launcher_only(model, site.ctx):
         return False
     if ordered_here(model, site, same_work):
         return False
@@ -164,7 +175,7 @@ def unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork, dept
     nothing inside `fn` making rank 0 go first: the work itself, or a call of
     a local helper that does it (two deep). For helpers in another module,
     reported at the call that reaches them."""
-    if DN not in function_worlds(model, fn):
+    if DN not in function_worlds(model, fn) or spawns_workers(model, fn):
         return None
     for c in model.calls_in(fn):
         if DN not in model.worlds(c.ctx) or c.ctx.opaque or ordered_here(model, c, is_work):

@@ -98,3 +98,24 @@ main()
     assert lines("DDP304", src) == []
     unordered = src.replace("    if rank != 0:\n        dist.barrier()\n", "")
     assert lines("DDP304", unordered) == [7]
+
+
+def test_a_download_in_the_launching_process_runs_once():
+    src = """\
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torchvision import datasets
+
+def worker(rank, world_size):
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    ds = datasets.MNIST("data", download=True)
+
+def main():
+    datasets.MNIST("data", download=True)
+    mp.spawn(worker, args=(4,), nprocs=4)
+
+if __name__ == "__main__":
+    datasets.MNIST("data", train=False, download=True)
+    main()
+"""
+    assert lines("DDP304", src) == [7]
