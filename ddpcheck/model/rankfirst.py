@@ -90,9 +90,11 @@ def _only_rank_zero(worlds: frozenset[str]) -> bool:
 def ordered_here(model: ScriptModel, site: CallSite, same_work: SameWork) -> bool:
     """Within its own function, the call runs on rank 0 before the others:
     inside a rank-0-first `with`, after a barrier only the non-zero ranks
-    reach, or after rank 0 did the same work alone and every rank met at a
-    barrier. `same_work(model, call)` says whether another call does the
-    same work (the same download, the same makedirs)."""
+    reach, or after rank 0 did the same work first (alone, or itself ordered)
+    and the ranks met since. `same_work(model, call)` says whether a call is
+    of the work in question (a download, a folder creation); an earlier call
+    does the same work when it calls the same function or class (the test
+    split of CIFAR10 after its train split: one archive)."""
     if any(_ordering_manager(model, item) for item in with_items_around(model, site)):
         return True
     fn = site.ctx.function
@@ -108,13 +110,17 @@ def ordered_here(model: ScriptModel, site: CallSite, same_work: SameWork) -> boo
             sandwich_open = False
     if sandwich_open:
         return True
-    barriers = [e.site.ctx.order for e in events if e.worlds & DISTRIBUTED == DISTRIBUTED]
-    if not barriers:
+    # rank 0 did the same work first (alone, or itself ordered), and the ranks
+    # have met since: a barrier on every rank, or the closing half of a sandwich
+    meetings = [e.site.ctx.order for e in events if e.worlds & DISTRIBUTED in (DISTRIBUTED, {D0})]
+    if not meetings:
         return False
     for c in model.calls_in(fn):
-        if c.ctx.order < max(barriers) and c is not site and _only_rank_zero(model.worlds(c.ctx)) \
-                and (same_work(model, c) or _same_callee(model, c, site)) \
-                and any(c.ctx.order < b for b in barriers):
+        if c is site or c.ctx.order >= site.ctx.order or not any(c.ctx.order < m for m in meetings):
+            continue
+        if not (_same_callee(model, c, site) or (c.qual is not None and c.qual == site.qual and same_work(model, c))):
+            continue
+        if _only_rank_zero(model.worlds(c.ctx)) or ordered_here(model, c, same_work):
             return True
     return False
 

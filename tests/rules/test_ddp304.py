@@ -77,9 +77,11 @@ def main():
     if rank == 0:
         dist.barrier()
     b = datasets.STL10("data", split="test", download=True)
+    c = datasets.SVHN("data", split="test", download=True)
 main()
 """
-    assert lines("DDP304", src) == [12]
+    # after the sandwich, the same data set finds rank 0's files; another one downloads again
+    assert lines("DDP304", src) == [13]
 
 
 def test_a_caller_ordering_covers_the_helper():
