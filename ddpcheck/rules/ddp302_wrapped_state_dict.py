@@ -7,6 +7,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
@@ -23,11 +24,8 @@ UNWRAP_TEST = re.compile(r"\bmodule\b|isinstance|hasattr|DataParallel|Distribute
 STRIPS_PREFIX = re.compile(r"['\"]module\.|removeprefix|consume_prefix_in_state_dict_if_present|unwrap")
 
 
+@query(on_cycle=False)
 def _helper_saves(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
-    memo = ("helper_saves", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
-    model._memo[memo] = False
     result = False
     for c in model.calls_in(fn):
         if c.qual in TORCH_SAVE:
@@ -40,7 +38,6 @@ def _helper_saves(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
                 break
     if result and STRIPS_PREFIX.search(model.module.code_for_node(fn.node)):
         result = False
-    model._memo[memo] = result
     return result
 
 
