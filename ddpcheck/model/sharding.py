@@ -34,11 +34,12 @@ from enum import Enum
 
 import libcst as cst
 
-from ddpcheck.model.collectives import param_for_arg, site_worlds
+from ddpcheck.model.collectives import site_worlds
+from ddpcheck.model.flow import argument_expr, arguments_for, is_param, value_at
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.model.values import is_api_call, origins
+from ddpcheck.model.values import is_api_call
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.worlds import DISTRIBUTED
 
@@ -92,35 +93,43 @@ def _is_deepspeed_initialize(site: CallSite | None) -> bool:
 
 
 def param_root(expr: cst.BaseExpression | None, scope: FunctionInfo | None) -> str | None:
-    """The parameter of `scope` an expression reads (`model` in `model.state_dict`)."""
-    key = dotted_name(expr) if expr is not None else None
-    if key is None or scope is None:
+    """The parameter of `scope` an expression is (`model` in `model.state_dict()`)."""
+    if not isinstance(expr, cst.Name):
         return None
-    root = key.split(".")[0]
-    return key if root in scope.params and root not in ("self", "cls") and key == root else None
+    return expr.value if is_param(scope, expr.value) is scope and scope is not None and \
+        expr.value not in ("self", "cls") else None
 
 
-@query(on_cycle=None)
-def sharded_kind(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None) -> Sharded | None:
-    """What kind of sharded value `expr` holds, from how it was made; None when not known."""
-    key = dotted_name(expr)
-    for m, o in origins(model, expr, scope):
-        if _is_fsdp_wrap(m, o):
-            return Sharded.FSDP if _fsdp_communicates(o) else None
-        if _is_fully_shard(o):
-            return Sharded.FSDP2
-    if key is None:
-        return None
+def _deepspeed_engine(model: ScriptModel, key: str, scope: FunctionInfo | None) -> bool:
+    """`engine, optimizer, _, _ = deepspeed.initialize(...)` or `engine = deepspeed.initialize(...)[0]`."""
     for a in model.assignments(key, scope):
         if a.unpacked is not None and a.unpacked[1] == 0 and isinstance(a.unpacked[0], cst.Call) \
                 and _is_deepspeed_initialize(model.site_of.get(id(a.unpacked[0]))):
-            return Sharded.DEEPSPEED
+            return True
         value = a.value
         if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Call) and len(value.slice) == 1 \
                 and isinstance(value.slice[0].slice, cst.Index) \
                 and isinstance(value.slice[0].slice.value, cst.Integer) and value.slice[0].slice.value.value == "0" \
                 and _is_deepspeed_initialize(model.site_of.get(id(value.value))):
-            return Sharded.DEEPSPEED
+            return True
+    return False
+
+
+@query(on_cycle=None)
+def sharded_kind(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None) -> Sharded | None:
+    """What kind of sharded value `expr` holds, from how it was made (through
+    the value flow: assignments, builders' returns, `self` attributes, the
+    arguments the file passes to a parameter); None when not known."""
+    for atom in value_at(model, expr, scope).made:
+        if _is_fsdp_wrap(atom.model, atom.site):
+            return Sharded.FSDP if _fsdp_communicates(atom.site) else None
+        if _is_fully_shard(atom.site):
+            return Sharded.FSDP2
+    key = dotted_name(expr)
+    if key is None:
+        return None
+    if _deepspeed_engine(model, key, scope):
+        return Sharded.DEEPSPEED
     # `fully_shard(model)` in place, in the same function
     for c in model.calls_in(scope):
         if _is_fully_shard(c) and dotted_name(c.arg("module", 0)) == key:
@@ -206,13 +215,6 @@ def _with_value(model: ScriptModel, need: Need, expr: cst.BaseExpression | None,
     return _decide(need, sharded_kind(model, expr, scope))
 
 
-def argument_for(call: CallSite, fn: FunctionInfo, param: str) -> cst.BaseExpression | None:
-    for a in call.node.args:
-        if param_for_arg(fn, call, a) == param:
-            return a.value
-    return None
-
-
 def through_call(model: ScriptModel, call: CallSite, target: FunctionInfo, inner: Need) -> Need | None:
     """A need of `target` as seen from `call` in its caller: decided by the
     argument for its parameter, or still open on a parameter of the caller."""
@@ -220,8 +222,8 @@ def through_call(model: ScriptModel, call: CallSite, target: FunctionInfo, inner
     lifted = Need(inner.site, inner.api, inner.accepts, inner.param, inner.kind, via)
     if inner.known:
         return lifted
-    arg = argument_for(call, target, inner.param)
-    if arg is None:
+    bound, arg = argument_expr(call, target, inner.param)
+    if not bound or arg is None:
         return None
     return _with_value(model, Need(inner.site, inner.api, inner.accepts, via=via), arg, call.ctx.function)
 
@@ -257,16 +259,10 @@ def call_need(model: ScriptModel, site: CallSite) -> Need | None:
 
 
 def decided_by_callers(model: ScriptModel, fn: FunctionInfo, need: Need) -> Need | None:
-    """A need open on a parameter of `fn`, decided by what some call of `fn`
-    in the file passes (`save(fsdp_model)`)."""
-    for ref in model.refs_to(fn):
-        call = next((c for c in model.calls_in(ref.ctx.function) if c.node.func is ref.node), None)
-        if call is None:
-            continue
-        arg = argument_for(call, fn, need.param)
-        if arg is None:
-            continue
-        decided = _decide(need, sharded_kind(model, arg, call.ctx.function))
+    """A need open on a parameter of `fn`, decided by what the file's calls
+    of `fn` pass (`save(fsdp_model)`): the first argument of a known kind."""
+    for arg in arguments_for(model, fn, need.param) or ():
+        decided = _decide(need, sharded_kind(arg.model, arg.expr, arg.scope))
         if decided is not None:
             return decided
     return None

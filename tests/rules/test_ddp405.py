@@ -118,3 +118,21 @@ main()
     assert f.line == 17
     assert "`save_weights(...)`" in f.message and "`m.state_dict()`" in f.message
     assert "on every rank" in f.fix
+
+
+def test_fsdp_values_followed_through_builders_and_attributes():
+    src = FSDP_HEAD + """\
+def wrap(net, cfg):
+    return FullyShardedDataParallel(net, device_id=cfg.device)
+
+class Trainer:
+    def __init__(self, net, cfg):
+        self.model = wrap(net, cfg)
+        self.plain = net
+
+    def checkpoint(self, path):
+        if dist.get_rank() == 0:
+            torch.save(self.model.state_dict(), path)
+            torch.save(self.plain.state_dict(), path + ".plain")
+"""
+    assert lines("DDP405", src) == [16]
