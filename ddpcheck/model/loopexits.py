@@ -53,7 +53,7 @@ def rank_only_exits(model: ScriptModel) -> tuple[RankOnlyExit, ...]:
                   if ev.worlds & DISTRIBUTED == DISTRIBUTED]
         for loop in _left_loops(e):
             if _worlds(model, loop.ctx) & DISTRIBUTED != DISTRIBUTED:
-                break   # the loop itself runs on some ranks only: leaving it strands nobody
+                continue   # a loop only some ranks run: leaving it strands nobody (a `return` may leave an outer one)
             inside = [ev for ev in events if ev.site.ctx.inside(loop)]
             if inside:
                 found.append(RankOnlyExit(e, loop, worlds, inside[0]))

@@ -89,3 +89,19 @@ for epoch in range(10):
         pass
 """
     assert lines("DDP404", src) == []
+
+
+def test_a_return_leaves_the_outer_loop_too():
+    src = HEAD + """\
+def main():
+    for epoch in range(10):
+        loss = model(x).sum()
+        if rank == 0:
+            for name in os.listdir("ckpt"):
+                if name.endswith(".bad"):
+                    return
+                if name.endswith(".old"):
+                    break
+main()
+"""
+    assert lines("DDP404", src) == [14]
