@@ -125,11 +125,26 @@ def sharded_kind(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionIn
             return Sharded.FSDP if _fsdp_communicates(atom.site) else None
         if _is_fully_shard(atom.site):
             return Sharded.FSDP2
+    if isinstance(expr, cst.Call):
+        # a local builder: `engine = build_engine(args)` returning the engine it unpacked
+        site = model.site_of.get(id(expr))
+        target = model.resolve_call(site) if site is not None else None
+        if target is not None:
+            for ret, _ctx in target[1].returns:
+                kind = sharded_kind(target[0], ret, target[1])
+                if kind is not None:
+                    return kind
+        return None
     key = dotted_name(expr)
     if key is None:
         return None
     if _deepspeed_engine(model, key, scope):
         return Sharded.DEEPSPEED
+    for a in model.assignments(key, scope):
+        if isinstance(a.value, cst.Call) and a.augmented is None:
+            kind = sharded_kind(model, a.value, a.ctx.function)
+            if kind is not None:
+                return kind
     # `fully_shard(model)` in place, in the same function
     for c in model.calls_in(scope):
         if _is_fully_shard(c) and dotted_name(c.arg("module", 0)) == key:

@@ -136,3 +136,22 @@ class Trainer:
             torch.save(self.plain.state_dict(), path + ".plain")
 """
     assert lines("DDP405", src) == [16]
+
+
+def test_a_deepspeed_engine_returned_by_a_builder():
+    src = """\
+import deepspeed
+import torch.distributed as dist
+
+def build_engine(args, net):
+    engine, optimizer, _, scheduler = deepspeed.initialize(args=args, model=net, model_parameters=net.parameters())
+    return engine
+
+def main(args, net):
+    engine = build_engine(args, net)
+    for step in range(args.steps):
+        engine.step()
+        if dist.get_rank() == 0 and step % 1000 == 0:
+            engine.save_checkpoint(args.out)
+"""
+    assert lines("DDP405", src) == [13]
