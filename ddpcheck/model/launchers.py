@@ -15,11 +15,22 @@ from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
 
 _SPAWNERS = {"spawn", "start_processes", "Process"}
 _MODULES = ("torch.multiprocessing", "multiprocessing")
+# Library launchers that start one worker per GPU and run the function they
+# are given in each (ignite's Parallel spawns when given nproc_per_node).
+LIBRARY_LAUNCHERS = {
+    "detectron2.engine.launch", "detectron2.engine.launch.launch", "accelerate.notebook_launcher",
+    "torch.distributed.launcher.api.elastic_launch", "torch.distributed.launcher.elastic_launch",
+    "ignite.distributed.Parallel",
+}
 
 
 def is_worker_spawn(site: CallSite) -> bool:
-    """`mp.spawn(...)`, `torch.multiprocessing.start_processes(...)`, `multiprocessing.Process(...)`."""
-    module, _, last = (site.qual or "").rpartition(".")
+    """`mp.spawn(...)`, `torch.multiprocessing.start_processes(...)`,
+    `multiprocessing.Process(...)`, detectron2's `launch(...)`, ..."""
+    q = site.qual or ""
+    if q in LIBRARY_LAUNCHERS:
+        return True
+    module, _, last = q.rpartition(".")
     return last in _SPAWNERS and (module in _MODULES or module.startswith(tuple(m + "." for m in _MODULES)))
 
 

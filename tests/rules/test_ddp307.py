@@ -66,3 +66,23 @@ os.makedirs(b)
     assert lines("DDP307", per_rank) == []
     dp_only = "import os\nimport torch\nmodel = torch.nn.DataParallel(net)\nos.makedirs(out)\n"
     assert lines("DDP307", dp_only) == []
+
+
+def test_the_launching_process_of_a_library_launcher_runs_once():
+    src = """\
+import os
+import torch.distributed as dist
+from detectron2.engine import launch
+
+def main(args):
+    dist.init_process_group("nccl")
+    if not os.path.exists(args.eval_dir):
+        os.makedirs(args.eval_dir)
+
+if __name__ == "__main__":
+    args = parse_args()
+    if not os.path.exists(args.output_dir):
+        os.makedirs(args.output_dir)
+    launch(main, args.num_gpus, num_machines=1, machine_rank=0, dist_url="auto", args=(args,))
+"""
+    assert lines("DDP307", src) == [8]
