@@ -6,7 +6,9 @@ make a collective (a DDP forward, an all_reduce, a helper that does): the
 ranks that leave stop calling the collective, the others enter the next
 iteration and wait in it forever. A decision broadcast or all_reduced first
 (`dist.broadcast(stop, 0); if stop.item(): break`) is taken by every rank
-alike: its test is not a rank test, so it is not an exit of some ranks."""
+alike: its test is not a rank test, so it is not an exit of some ranks. A
+`raise` or `sys.exit()` placed before every collective of the iteration is a
+configuration check, not judged."""
 
 from __future__ import annotations
 
@@ -55,6 +57,11 @@ def rank_only_exits(model: ScriptModel) -> tuple[RankOnlyExit, ...]:
             if _worlds(model, loop.ctx) & DISTRIBUTED != DISTRIBUTED:
                 continue   # a loop only some ranks run: leaving it strands nobody (a `return` may leave an outer one)
             inside = [ev for ev in events if ev.site.ctx.inside(loop)]
+            if e.kind in ("raise", "exit"):
+                # an abort before the iteration's first collective is a
+                # configuration check (it fires on the first pass, before the
+                # ranks ever met); one after it strands ranks mid-training
+                inside = [ev for ev in inside if ev.site.ctx.order < e.ctx.order]
             if inside:
                 found.append(RankOnlyExit(e, loop, worlds, inside[0]))
                 break

@@ -105,3 +105,19 @@ def main():
 main()
 """
     assert lines("DDP404", src) == [14]
+
+
+def test_an_abort_before_the_iterations_first_collective_is_a_config_check():
+    src = HEAD + """\
+def main(cfg):
+    for epoch in range(10):
+        if rank == 0 and not os.path.isdir(cfg.data):
+            raise FileNotFoundError(cfg.data)
+        if rank == 0 and cfg.bad:
+            sys.exit(2)
+        loss = model(x).sum()
+        if rank == 0 and loss.isnan():
+            raise FloatingPointError("loss is NaN")
+main(cfg)
+"""
+    assert lines("DDP404", src) == [16]
