@@ -14,7 +14,8 @@ source and DeepSpeed's documentation):
   only LOCAL_STATE_DICT, and NO_SHARD with `use_orig_params`, skip that;
 - `FSDP.full_optim_state_dict` / `FSDP.optim_state_dict` /
   `FSDP.sharded_optim_state_dict` ("needs to be called on all ranks since it
-  uses collective communications");
+  uses collective communications"), and `FSDP.summon_full_params(model)`
+  (it all-gathers the parameters for the `with` body);
 - `torch.distributed.checkpoint.state_dict.get_state_dict` /
   `get_model_state_dict` / `get_optimizer_state_dict` on an FSDP1 model (it
   enters FSDP's state-dict context), or with
@@ -50,7 +51,9 @@ class Sharded(Enum):
     DEEPSPEED = "DeepSpeed engine"
 
 
-FSDP_OPTIM_APIS = ("full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict")
+# FSDP static methods that gather over the group (optimizer state; the
+# full parameters inside `with FSDP.summon_full_params(model):`)
+FSDP_COLLECTIVE_APIS = ("full_optim_state_dict", "optim_state_dict", "sharded_optim_state_dict", "summon_full_params")
 DCP_STATE_DICT_APIS = ("get_state_dict", "get_model_state_dict", "get_optimizer_state_dict")
 DCP_MODULES = ("torch.distributed.checkpoint.state_dict.",)
 DCP_SAVE = {
@@ -203,8 +206,10 @@ def direct_need(model: ScriptModel, site: CallSite) -> Need | None:
     if site.attr == "save_checkpoint" and site.receiver is not None:
         need = Need(site, label, frozenset({Sharded.DEEPSPEED}))
         return _with_value(model, need, site.receiver, scope)
-    if site.attr in FSDP_OPTIM_APIS and "FullyShardedDataParallel" in q and q.startswith("torch."):
+    if site.attr in FSDP_COLLECTIVE_APIS and "FullyShardedDataParallel" in q and q.startswith("torch."):
         return Need(site, label, kind=Sharded.FSDP)
+    if site.attr == "summon_full_params" and site.receiver is not None:   # `model.summon_full_params(model)`
+        return _with_value(model, Need(site, label, frozenset({Sharded.FSDP})), site.receiver, scope)
     if site.attr in DCP_STATE_DICT_APIS and q.startswith(DCP_MODULES):
         accepts = {Sharded.FSDP}
         if _full_state_dict(model, site):

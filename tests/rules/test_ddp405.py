@@ -155,3 +155,16 @@ def main(args, net):
             engine.save_checkpoint(args.out)
 """
     assert lines("DDP405", src) == [13]
+
+
+def test_summon_full_params_under_a_guard():
+    src = FSDP_HEAD + """\
+model = FullyShardedDataParallel(net)
+if rank == 0:
+    with FullyShardedDataParallel.summon_full_params(model, writeback=False):
+        weights = {k: v.clone() for k, v in model.named_parameters()}
+with FullyShardedDataParallel.summon_full_params(model, writeback=False, rank0_only=True, offload_to_cpu=True):
+    if rank == 0:
+        torch.save({k: v for k, v in model.named_parameters()}, "full.pt")
+"""
+    assert lines("DDP405", src) == [8]
