@@ -4,9 +4,9 @@ hits into findings with positions."""
 from __future__ import annotations
 
 import libcst as cst
-from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpcheck.model.builder import build_model
+from ddpcheck.model.positions import positions_of
 from ddpcheck.model.project import ProjectIndex
 from ddpcheck.findings import Finding, PartialAnalysis
 from ddpcheck.parse.syntax import parse
@@ -38,11 +38,11 @@ def analyze(text: str, path: str, settings) -> list[Finding]:
 
 
 def _findings(module: cst.Module, path: str, hits: list) -> list[Finding]:
-    positions = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    positions = positions_of(module, (hit.node for _, hit in hits))   # only the reported nodes
     findings = {}
     for rule, hit in hits:
-        pos = positions.get(hit.node)
-        line, col = (pos.start.line, pos.start.column + 1) if pos else (1, 1)
+        pos = positions.get(id(hit.node))
+        line, col = (pos[0], pos[1] + 1) if pos else (1, 1)
         f = Finding(
             path=path, line=line, col=col, code=rule.code, name=rule.name,
             severity=rule.severity, message=hit.message or rule.message, fix=hit.fix or rule.fix,

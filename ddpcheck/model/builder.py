@@ -22,9 +22,10 @@ from ddpcheck.model.script import (
     Assign, Branch, CallSite, Ctx, Exit, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
 )
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
+from ddpcheck.model.reads import Division, chain_names, env_name, subscript_name
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
-_ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
+ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
 
 
 
@@ -106,6 +107,11 @@ class ScriptBuilder:
         # (branches, block_exits) of the enclosing code while inside a def
         self.saved_branches: list[tuple[list[Branch], list[int]]] = []
         self._ref_ctx_cache: Ctx | None = None
+        # names read by the recorded expressions being walked (innermost last),
+        # and the divisions inside them; see model/reads.py
+        self.reading: list[set[str]] = []
+        self.dividing: list[list[Division]] = []
+        self.chained: set[int] = set()   # inner attributes of a chain already read
 
     # -- context --------------------------------------------------------------
     def ctx(self) -> Ctx:
@@ -262,12 +268,36 @@ class ScriptBuilder:
         self.m.site_of[id(node)] = site
         if site.qual in _EXIT_CALLS:
             self.m.exits.append(Exit("exit", node, site.ctx))
-        if site.qual in _ENV_READ_CALLS and node.args:
+        if site.qual in ENV_READ_CALLS and node.args:
             self._env_read(string_value(node.args[0].value))
 
     def _env_read(self, name: str | None) -> None:
         if name:
             self.m.env_reads.setdefault(name, []).append(self.fn_stack[-1])
+            if self.reading:
+                self.reading[-1].add(env_name(name))
+
+    # -- names read (model/reads.py) ---------------------------------------------------
+    def _begin_reads(self) -> None:
+        self.reading.append(set())
+        self.dividing.append([])
+
+    def _end_reads(self, expr: cst.CSTNode | None) -> None:
+        names = self.reading.pop()
+        divisions = self.dividing.pop()
+        if self.reading:
+            self.reading[-1] |= names
+            self.dividing[-1] += divisions
+        if expr is not None:
+            self.m.reads_of[id(expr)] = frozenset(names)
+            if divisions:
+                self.m.divisions_of[id(expr)] = tuple(divisions)
+
+    def _read(self, expr):
+        """Walk `expr` as a recorded expression (a generator step)."""
+        self._begin_reads()
+        yield expr
+        self._end_reads(expr)
 
     def visit_Assign(self, node: cst.Assign) -> None:
         ctx = self.ctx()
@@ -293,189 +323,274 @@ class ScriptBuilder:
             self.m.assigns.append(Assign(k, node.value, self.ctx(), node, augmented=op))
 
     def visit_Name(self, node: cst.Name) -> None:
+        if self.reading:
+            self.reading[-1].add(node.value)
         self.m.references.setdefault(node.value, []).append(
             Reference(node.value, node, self._ref_ctx(), via_attribute=False))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
+        if self.reading and id(node) not in self.chained:
+            self.reading[-1].update(chain_names(node))
+            inner = node.value
+            while isinstance(inner, cst.Attribute):   # its prefixes are in: skip them below
+                self.chained.add(id(inner))
+                inner = inner.value
         name = node.attr.value
         self.m.references.setdefault(name, []).append(
             Reference(name, node, self._ref_ctx(), via_attribute=True))
 
     # -- the walk -------------------------------------------------------------------
-    def walk(self, node: cst.CSTNode) -> None:
-        special = _SPECIAL.get(type(node))
+    # Iterative, so no depth of user code (`f(f(f(...)))` 150 deep, a 1,000-term
+    # `a and b and ...`) reaches Python's recursion limit. Each node's walker is
+    # a generator that yields the children to walk, in order, and runs its own
+    # bookkeeping (push a branch, pop a loop) between them; the driver walks a
+    # yielded child completely before resuming its parent.
+    def walk(self, root: cst.CSTNode) -> None:
+        stack = [self._steps(root)]
+        steps = self._steps
+        while stack:
+            child = next(stack[-1], None)
+            if child is None:
+                stack.pop()
+                continue
+            gen = steps(child)
+            if gen is not None:
+                stack.append(gen)
+
+    def _steps(self, node: cst.CSTNode):
+        """The walker of `node`: a generator of its children, or None for a
+        node with nothing below it (handled here)."""
+        node_type = type(node)
+        special = _SPECIAL.get(node_type)
         if special is not None:
-            special(self, node)
-            return
-        name = type(node).__name__
+            return special(self, node)
+        if node_type is cst.Name:
+            self.visit_Name(node)
+            return None
+        fields = _child_fields(node_type)
+        name = node_type.__name__
         visit = getattr(self, "visit_" + name, None)
         if visit is not None:
             visit(node)
-        self.walk_children(node)
         leave = getattr(self, "leave_" + name, None)
+        if not fields:
+            if leave is not None:
+                leave(node)
+            return None
         if leave is not None:
-            leave(node)
-
-    def walk_children(self, node: cst.CSTNode) -> None:
-        for field in _child_fields(type(node)):
+            return self._generic(node, fields, leave)
+        children = []
+        for field in fields:
             value = getattr(node, field)
             if isinstance(value, cst.CSTNode):
-                self.walk(value)
+                children.append(value)
+            elif isinstance(value, (list, tuple)):
+                children.extend(item for item in value if isinstance(item, cst.CSTNode))
+        return iter(children) if children else None
+
+    def _generic(self, node: cst.CSTNode, fields: tuple[str, ...], leave):
+        for field in fields:
+            value = getattr(node, field)
+            if isinstance(value, cst.CSTNode):
+                yield value
             elif isinstance(value, (list, tuple)):
                 for item in value:
                     if isinstance(item, cst.CSTNode):
-                        self.walk(item)
+                        yield item
+        if leave is not None:
+            leave(node)
 
-    def walk_all(self, nodes) -> None:
-        for n in nodes:
-            self.walk(n)
+    def _children(self, node: cst.CSTNode):
+        for field in _child_fields(type(node)):
+            value = getattr(node, field)
+            if isinstance(value, cst.CSTNode):
+                yield value
+            elif isinstance(value, (list, tuple)):
+                for item in value:
+                    if isinstance(item, cst.CSTNode):
+                        yield item
 
-    def _walk_block(self, node) -> None:
+    def _walk_block(self, node):
         self.block_exits.append(0)
-        for stmt in node.body:
-            self.walk(stmt)
+        yield from node.body
         self._pop_block()
 
-    def _walk_simple_line(self, node) -> None:
+    def _walk_simple_line(self, node):
         self.stmt = node
-        for small in node.body:
-            self.walk(small)
+        yield from node.body
 
-    def _walk_simple_suite(self, node: cst.SimpleStatementSuite) -> None:
+    def _walk_simple_suite(self, node: cst.SimpleStatementSuite):
         self.stmt = node   # `if not main: return` on one line
-        for small in node.body:
-            self.walk(small)
+        yield from node.body
 
-    def _walk_if(self, node: cst.If) -> None:
+    def _walk_if(self, node: cst.If):
         self.stmt = node
-        self.walk(node.test)
+        yield from self._read(node.test)
         self.visit_If_body(node)
-        self.walk(node.body)
+        yield node.body
         self.leave_If_body(node)
         if node.orelse is not None:
             self.visit_If_orelse(node)
-            self.walk(node.orelse.body if isinstance(node.orelse, cst.Else) else node.orelse)
+            yield node.orelse.body if isinstance(node.orelse, cst.Else) else node.orelse
             self.leave_If_orelse(node)
         self.leave_If(node)
 
-    def _walk_for(self, node: cst.For) -> None:
+    def _walk_for(self, node: cst.For):
         self.visit_For(node)
-        self.walk(node.target)
-        self.walk(node.iter)
+        yield node.target
+        yield from self._read(node.iter)
         self.visit_For_body(node)
-        self.walk(node.body)
+        yield node.body
         self.leave_For_body(node)
         if node.orelse is not None:
-            self.walk(node.orelse.body)
+            yield node.orelse.body
 
-    def _walk_while(self, node: cst.While) -> None:
+    def _walk_while(self, node: cst.While):
         self.visit_While(node)
-        self.walk(node.test)
+        yield from self._read(node.test)
         self.visit_While_body(node)
-        self.walk(node.body)
+        yield node.body
         self.leave_While_body(node)
         if node.orelse is not None:
-            self.walk(node.orelse.body)
+            yield node.orelse.body
 
-    def _walk_function(self, node: cst.FunctionDef) -> None:
+    def _walk_function(self, node: cst.FunctionDef):
         # decorators and defaults run in the enclosing scope
-        self.walk_all(node.decorators)
+        yield from node.decorators
         for p in (*node.params.posonly_params, *node.params.params, *node.params.kwonly_params):
             if p.default is not None:
-                self.walk(p.default)
+                yield p.default
         self.visit_FunctionDef(node)
-        self.walk(node.body)
+        yield node.body
         self.leave_FunctionDef(node)
 
-    def _walk_class(self, node: cst.ClassDef) -> None:
-        self.walk_all(node.decorators)
+    def _walk_class(self, node: cst.ClassDef):
+        yield from node.decorators
         for arg in (*node.bases, *node.keywords):
-            self.walk(arg.value)
+            yield arg.value
         self.visit_ClassDef(node)
-        self.walk(node.body)
+        yield node.body
         self.leave_ClassDef(node)
 
-    def _walk_with(self, node: cst.With) -> None:
+    def _walk_with(self, node: cst.With):
         self.visit_With(node)
         for item in node.items:
-            self.walk(item.item)
+            yield item.item
             if item.asname is not None:
-                self.walk(item.asname.name)
-        self.walk(node.body)
+                yield item.asname.name
+        yield node.body
         self.leave_With(node)
 
-    def _walk_call(self, node: cst.Call) -> None:
+    def _walk_call(self, node: cst.Call):
+        self._begin_reads()
         self.visit_Call(node)
-        self.walk(node.func)
+        yield node.func
         for arg in node.args:
-            self.walk(arg.value)
+            yield from self._read(arg.value)
+        self._end_reads(node)
 
-    def _walk_attribute(self, node: cst.Attribute) -> None:
+    def _walk_attribute(self, node: cst.Attribute):
         self.visit_Attribute(node)
-        self.walk(node.value)
+        yield node.value
 
     def _walk_import(self, node) -> None:
         if isinstance(node, cst.Import):
             self.visit_Import(node)
         else:
             self.visit_ImportFrom(node)
+        return None
 
-    def _walk_lambda(self, node: cst.Lambda) -> None:
+    def _walk_lambda(self, node: cst.Lambda):
         self.opaque += 1
-        self.walk(node.body)
+        yield node.body
         self.opaque -= 1
 
-    def _walk_try(self, node) -> None:
+    def _walk_try(self, node):
         self.opaque += 1
-        self.walk(node.body)
+        yield node.body
         self.opaque -= 1
         for part in (*node.handlers, node.orelse, node.finalbody):
             if part is not None:
-                self.walk(part)
+                yield part
 
-    def _walk_if_exp(self, node: cst.IfExp) -> None:
+    def _walk_if_exp(self, node: cst.IfExp):
         # `dist.get_rank() if dist.is_initialized() else 0`: each arm runs under its test
-        self.walk(node.test)
+        yield from self._read(node.test)
         self.branches.append(Branch(node.test, True, self.fn_stack[-1]))
-        self.walk(node.body)
+        yield node.body
         self.branches[-1] = Branch(node.test, False, self.fn_stack[-1])
-        self.walk(node.orelse)
+        yield node.orelse
         self.branches.pop()
 
-    def _walk_bool_op(self, node: cst.BooleanOperation) -> None:
+    def _walk_bool_op(self, node: cst.BooleanOperation):
         # `is_main_process() and torch.save(...)`: the right side runs only when
         # the left one is true (`and`) or false (`or`)
-        self.walk(node.left)
+        yield from self._read(node.left)
         self.branches.append(Branch(node.left, isinstance(node.operator, cst.And), self.fn_stack[-1]))
-        self.walk(node.right)
+        yield node.right
         self.branches.pop()
 
-    def _walk_assign(self, node: cst.Assign) -> None:
+    def _walk_assign(self, node: cst.Assign):
         self.visit_Assign(node)
         self.in_target = True
         for t in node.targets:
-            self.walk(t.target)
+            yield t.target
         self.in_target = False
-        self.walk(node.value)
+        yield from self._read(node.value)
 
-    def _walk_subscript(self, node: cst.Subscript) -> None:
+    def _walk_ann_assign(self, node: cst.AnnAssign):
+        self.visit_AnnAssign(node)
+        yield node.target
+        yield node.annotation
+        if node.value is not None:
+            yield from self._read(node.value)
+
+    def _walk_aug_assign(self, node: cst.AugAssign):
+        self.visit_AugAssign(node)
+        yield node.target
+        yield from self._read(node.value)
+
+    def _walk_return(self, node: cst.Return):
+        self.visit_Return(node)
+        if node.value is not None:
+            yield from self._read(node.value)
+
+    def _walk_binary(self, node: cst.BinaryOperation):
+        if not self.reading or not isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
+            yield node.left
+            yield node.right
+            return
+        self._begin_reads()
+        yield node.left
+        dividend = frozenset(self.reading[-1])
+        self._end_reads(None)
+        self._begin_reads()
+        yield node.right
+        divisor = frozenset(self.reading[-1])
+        self._end_reads(None)
+        self.dividing[-1].append(Division(node, dividend, divisor))
+    def _walk_subscript(self, node: cst.Subscript):
         if not self.in_target:
             self._env_read(environ_key(self.m.imports, node))
+            if self.reading:
+                key = subscript_name(node)
+                if key:
+                    self.reading[-1].add(key)
         in_target, self.in_target = self.in_target, False
-        self.walk(node.value)
+        yield node.value
         for el in node.slice:
-            self.walk(el.slice)
+            yield el.slice
         self.in_target = in_target
 
-    def _walk_comparison(self, node: cst.Comparison) -> None:
+    def _walk_comparison(self, node: cst.Comparison):
         for target in node.comparisons:
             if isinstance(target.operator, (cst.In, cst.NotIn)) and is_environ(self.m.imports, target.comparator):
                 self._env_read(string_value(node.left))
-        self.walk_children(node)
+        yield from self._children(node)
 
-    def _walk_del(self, node: cst.Del) -> None:
+    def _walk_del(self, node: cst.Del):
         self.in_target = True
-        self.walk(node.target)
+        yield node.target
         self.in_target = False
 
     def _ref_ctx(self) -> Ctx:
@@ -512,6 +627,10 @@ _SPECIAL = {
     cst.IfExp: ScriptBuilder._walk_if_exp,
     cst.BooleanOperation: ScriptBuilder._walk_bool_op,
     cst.Assign: ScriptBuilder._walk_assign,
+    cst.AnnAssign: ScriptBuilder._walk_ann_assign,
+    cst.AugAssign: ScriptBuilder._walk_aug_assign,
+    cst.Return: ScriptBuilder._walk_return,
+    cst.BinaryOperation: ScriptBuilder._walk_binary,
     cst.Subscript: ScriptBuilder._walk_subscript,
     cst.Comparison: ScriptBuilder._walk_comparison,
     cst.Del: ScriptBuilder._walk_del,

@@ -19,13 +19,7 @@ from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel, owner_class
 from ddpcheck.model.values import LoaderInfo, iterated_keys
 
-# `testloader`, `valloader`, `val_dl` (tutorial spellings EVAL_NAME leaves out)
-EVAL_LOADER_NAME = re.compile(r"(^|[_.])(val|valid|validation|test|testing|eval|evaluation|dev)(loader|dl|iter|set|data)", re.I)
-EVAL_FUNCTION = re.compile(
-    r"(^|_)(val|valid|validate|validation|test|testing|eval|evaluate|evaluation|evaluator|infer|inference|predict)(_|\d|$)",
-    re.I,
-)
-TRAIN_NAME = re.compile(r"train", re.I)
+from ddpcheck.model.vocabulary import EVAL_FUNCTION, EVAL_LOADER_NAME, TRAIN_NAME  # noqa: E402
 
 
 @dataclass(frozen=True)

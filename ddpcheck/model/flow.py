@@ -76,9 +76,9 @@ from typing import Iterable, Iterator
 
 import libcst as cst
 
-from ddpcheck.model.names import dotted_name, is_torch_api
+from ddpcheck.model.names import dotted_name
 from ddpcheck.model.query import query
-from ddpcheck.model.script import CallSite, FunctionInfo, Loop, ScriptModel, call_arg, owner_class
+from ddpcheck.model.script import CallSite, FunctionInfo, Loop, ScriptModel
 
 
 # -- atoms and values ------------------------------------------------------------
@@ -196,6 +196,10 @@ ITERATION_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "c
 # Calls that take a loader but do not iterate it: `range(len(loader))`.
 NOT_ITERATING = frozenset({"range", "len", "int", "float", "str", "print", "min", "max", "isinstance",
                            "hasattr", "getattr", "type", "id", "DistributedDataParallel", "DataParallel"})
+# Calls that hand the loader to a library that re-shards it and manages its sampler
+# (accelerate, ignite, Lightning Fabric): what iterating the result does is theirs.
+MANAGED_LOADERS = frozenset({"prepare", "prepare_data_loader", "auto_dataloader", "setup_dataloaders",
+                             "distribute_dataloader"})
 _ITERABLE_KEYWORDS = frozenset({"iterable", "loader", "data_loader", "dataloader", "iterator"})
 _MAX_DEPTH = 8
 
@@ -569,6 +573,9 @@ def _consumed(model: ScriptModel, value: Value, depth: int) -> Value:
         if target is not None and is_generator(target[1]):
             out.append(bind(m, site, generator_consumes(*target)))
             continue
+        if target is None and _wrapper_name(site) in MANAGED_LOADERS:
+            out.append(opaque(f"{_wrapper_name(site)}() manages the loader"))
+            continue
         if target is None and _wrapper_name(site) not in NOT_ITERATING:
             # enumerate(loader), tqdm(loader), zip(a, b), metric_logger.log_every(loader, 10), a
             # prefetcher around the loader: iterating it iterates its arguments
@@ -606,11 +613,19 @@ class Pass:
     asked of runs."""
 
     consumed: Value              # Params are those of the function asked about
-    loop: Loop                   # the `for` doing the pass
-    loop_model: ScriptModel      # the file `loop` is in
+    loop: Loop | None            # the `for` doing the pass (None: an `iter()` drained with `next()`)
+    loop_model: ScriptModel      # the file the pass is in
     epoch: Loop | None           # the loop that repeats the pass (None: runs once here)
     epoch_model: ScriptModel | None
-    via: tuple[CallSite, ...] = ()   # the calls from the asked function down to `loop`
+    via: tuple[CallSite, ...] = ()   # the calls from the asked function down to the pass
+    iter_call: CallSite | None = None   # `it = iter(loader)` ... `next(it)`: the iter() call
+
+    @property
+    def source(self) -> cst.BaseExpression | None:
+        """The expression the pass iterates (`loader` in `for b in loader` / `iter(loader)`)."""
+        if self.loop is not None:
+            return self.loop.iter
+        return self.iter_call.node.args[0].value if self.iter_call is not None and self.iter_call.node.args else None
 
 
 @query(on_cycle=())
@@ -624,6 +639,7 @@ def passes(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Pass, ...]:
             continue
         epoch = loop.ctx.loops[-1] if loop.ctx.loops else None
         found.append(Pass(consumed, loop, model, epoch, model if epoch else None))
+    found += _iter_passes(model, fn)
     for call in model.calls_in(fn):
         target = model.resolve_call(call)
         if target is None or target[1] is fn or is_generator(target[1]):
@@ -634,9 +650,11 @@ def passes(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Pass, ...]:
             if not consumed:
                 continue
             if p.epoch is None and call.ctx.loops:
-                found.append(Pass(consumed, p.loop, p.loop_model, call.ctx.loops[-1], model, (call,) + p.via))
+                found.append(Pass(consumed, p.loop, p.loop_model, call.ctx.loops[-1], model, (call,) + p.via,
+                                  p.iter_call))
             else:
-                found.append(Pass(consumed, p.loop, p.loop_model, p.epoch, p.epoch_model, (call,) + p.via))
+                found.append(Pass(consumed, p.loop, p.loop_model, p.epoch, p.epoch_model, (call,) + p.via,
+                                  p.iter_call))
     # generators created here: `loader = sample_data(loader)` runs its loops when it is iterated,
     # its epoch loop (the `while True`) is its own
     for call in model.calls_in(fn):
@@ -648,8 +666,33 @@ def passes(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Pass, ...]:
             if p.epoch is not None:
                 consumed = bind(model, call, p.consumed)
                 if consumed:
-                    found.append(Pass(consumed, p.loop, p.loop_model, p.epoch, p.epoch_model, (call,) + p.via))
+                    found.append(Pass(consumed, p.loop, p.loop_model, p.epoch, p.epoch_model, (call,) + p.via,
+                                      p.iter_call))
     return tuple(found)
+
+
+def _iter_passes(model: ScriptModel, fn: FunctionInfo | None) -> list[Pass]:
+    """`it = iter(loader)` (re)made inside a loop and drained with `next(it)`
+    (FixMatch's `except StopIteration: it = iter(loader)`): a full pass per
+    remake. An `iter()` whose result is never `next()`-ed by name is a peek,
+    not a pass."""
+    found = []
+    calls = model.calls_in(fn)
+    nexted = {dotted_name(c.node.args[0].value) for c in calls
+              if c.func == "next" and c.node.args and not c.node.args[0].star}
+    if not nexted:
+        return found
+    for a in model.assigns_in(fn):
+        if a.key not in nexted or not isinstance(a.value, cst.Call) or a.augmented is not None:
+            continue
+        site = model.site_of.get(id(a.value))
+        if site is None or site.func != "iter" or len(site.node.args) != 1:
+            continue
+        consumed = iterated(model, site.node.args[0].value, fn)
+        if consumed:
+            epoch = site.ctx.loops[-1] if site.ctx.loops else None
+            found.append(Pass(consumed, None, model, epoch, model if epoch else None, iter_call=site))
+    return found
 
 
 def every_pass(model: ScriptModel) -> Iterator[tuple[FunctionInfo | None, Pass]]:
@@ -657,7 +700,8 @@ def every_pass(model: ScriptModel) -> Iterator[tuple[FunctionInfo | None, Pass]]
     parameters resolved through the file's own calls."""
     for fn in (None, *model.functions):
         for p in passes(model, fn):
-            yield fn, Pass(resolved(model, p.consumed), p.loop, p.loop_model, p.epoch, p.epoch_model, p.via)
+            yield fn, Pass(resolved(model, p.consumed), p.loop, p.loop_model, p.epoch, p.epoch_model, p.via,
+                           p.iter_call)
 
 
 @query(on_cycle=())

@@ -22,29 +22,10 @@ from ddpcheck.model.worlds import (
     ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
 )
 
-MAIN_PREDICATES = {
-    "is_main_process", "is_main", "main_process", "is_master", "is_master_process",
-    "master_process", "is_rank_zero", "is_rank0", "rank_zero", "rank0", "is_rank_0",
-    "is_primary", "is_chief", "is_local_main_process", "is_global_zero", "is_local_master",
-    "is_leader", "is_main_worker", "is_logging_process", "is_world_process_zero",
-    "is_local_process_zero", "master", "is_main_rank", "main_proc", "is_main_proc",
-}
-MAIN_DECORATORS = {
-    "rank_zero_only", "master_only", "main_process_only", "on_main_process",
-    "on_local_main_process", "rank_zero", "only_rank_zero", "run_on_main_process", "main_only",
-}
-DIST_FLAGS = {
-    "distributed", "is_distributed", "multi_gpu", "multiprocessing_distributed", "use_ddp",
-    "ddp", "use_distributed", "is_dist", "dist_enabled", "use_dist",
-}
-DIST_PREDICATES = {"is_initialized", "is_dist_avail_and_initialized", "is_distributed", "dist_is_initialized"}
-RANK_NAMES = {
-    "rank", "local_rank", "global_rank", "ddp_rank", "ddp_local_rank", "world_rank", "rank_id",
-    "local_process_index", "process_index", "gpu", "gpu_id", "local_gpu", "proc_id",
-}
-RANK_FUNCTIONS = {"get_rank", "get_local_rank", "get_global_rank", "get_ordinal", "get_process_index", "get_world_rank"}
-RANK_ENV = {"RANK", "LOCAL_RANK", "SLURM_PROCID", "SLURM_LOCALID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"}
-WORLD_SIZE_NAMES = {"world_size", "num_processes", "nprocs", "ddp_world_size", "num_replicas"}
+from ddpcheck.model.vocabulary import (  # noqa: E402  (the names guards recognise)
+    DIST_FLAGS, DIST_PREDICATES, MAIN_DECORATORS, MAIN_PREDICATES, RANK_ENV, RANK_FUNCTIONS, RANK_NAMES,
+    WORLD_SIZE_NAMES,
+)
 
 # Values a rank variable takes in each world: rank 0, the other ranks, and a
 # single process (where scripts use 0 or the sentinel -1).
@@ -70,11 +51,25 @@ def _extra_guards(model) -> set[str]:
 
 def _condition(model, expr: cst.BaseExpression, scope) -> Condition:
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        return condition_of(model, expr.expression, scope).negate()
+        negations = 0
+        while isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+            negations += 1
+            expr = expr.expression
+        inner = condition_of(model, expr, scope)
+        return inner.negate() if negations % 2 else inner
     if isinstance(expr, cst.BooleanOperation):
-        left = condition_of(model, expr.left, scope)
-        right = condition_of(model, expr.right, scope)
-        return left.and_(right) if isinstance(expr.operator, cst.And) else left.or_(right)
+        # `a and b and c ...` nests to the left: fold the chain in a loop, so a
+        # long chain never reaches the recursion limit
+        op = type(expr.operator)
+        rights = []
+        while isinstance(expr, cst.BooleanOperation) and type(expr.operator) is op:
+            rights.append(expr.right)
+            expr = expr.left
+        result = condition_of(model, expr, scope)
+        for right in reversed(rights):
+            cond = condition_of(model, right, scope)
+            result = result.and_(cond) if op is cst.And else result.or_(cond)
+        return result
     if isinstance(expr, cst.Comparison):
         return _comparison(model, expr, scope)
     if isinstance(expr, cst.Name) and expr.value in ("True", "False"):

@@ -19,6 +19,7 @@ from ddpcheck.model.query import QueryCache, query
 from ddpcheck.model.worlds import ALL
 
 if TYPE_CHECKING:  # pragma: no cover
+    from ddpcheck.model.reads import Division
     from ddpcheck.model.project import ProjectIndex
 
 
@@ -188,6 +189,11 @@ class ScriptModel:
         self.env_reads: dict[str, list[FunctionInfo | None]] = {}
         self.class_names: set[str] = set()
         self.project: "ProjectIndex | None" = None
+        # id(expression) -> the names it reads, for every recorded expression
+        # (assignment values, calls and their arguments, branch tests, loop
+        # iterables, returned values), and the divisions inside them: model/reads.py
+        self.reads_of: dict[int, frozenset[str]] = {}
+        self.divisions_of: dict[int, tuple["Division", ...]] = {}
         self.queries = QueryCache()   # answers of @query functions (model/query.py)
 
     # -- names -------------------------------------------------------------

@@ -7,7 +7,6 @@ None`), method chains (`DDP(model).cuda()`), and local builder functions
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -18,7 +17,7 @@ from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel, call_arg
 from ddpcheck.model.names import dotted_name, is_torch_api
 
 _CHAIN_METHODS = {"cuda", "to", "float", "half", "bfloat16", "train", "eval", "cpu", "double", "requires_grad_"}
-EVAL_NAME = re.compile(r"(^|[_.])(val|valid|validation|test|testing|eval|evaluation|dev|query|gallery|infer|inference)(\b|_|\d|$)", re.I)
+from ddpcheck.model.vocabulary import EVAL_NAME  # noqa: E402
 
 DDP_NAMES = ("DistributedDataParallel",)
 DP_NAMES = ("DataParallel",)

@@ -60,7 +60,10 @@ class MissingSetEpoch(Rule):
                         f"{what} `{sampler}.set_epoch(...)`: the sampler seeds its shuffle with the epoch, so "
                         "every epoch replays the epoch-0 order on every rank"
                     ),
-                    fix=f"call `{sampler}.set_epoch(epoch)` at the top of the epoch loop, before iterating `{held}`",
+                    fix=(f"call `{sampler}.set_epoch(epoch)` at the top of the epoch loop, before iterating `{held}`"
+                         if p.iter_call is None else
+                         f"call `{sampler}.set_epoch(n)` with a counter that grows each time `iter({held})` is "
+                         "remade, right before remaking it"),
                 )
 
 
@@ -102,8 +105,10 @@ def _held_as(model: ScriptModel, p: Pass, atom: Made) -> str | None:
             if name:
                 return name
         break
-    if p.loop_model is model:
-        return _holding_name(model, p.loop.iter, p.loop.ctx.function, p.loop.node, atom)
+    if p.loop_model is model and p.source is not None:
+        ctx = p.loop.ctx if p.loop is not None else p.iter_call.ctx
+        stmt = p.loop.node if p.loop is not None else p.iter_call.stmt
+        return _holding_name(model, p.source, ctx.function, stmt, atom)
     return None
 
 

@@ -2,25 +2,18 @@
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 import libcst as cst
 
 from ddpcheck.model.arguments import options
+from ddpcheck.model.batches import divided_by_world, is_global_batch_name
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import loaders
+from ddpcheck.model.vocabulary import GLOBAL_HELP, PER_RANK_HELP
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
-
-GLOBAL_NAME = re.compile(
-    r"(global|total|base|baseline|effective|overall)_?(train_?)?batch(_?size)?|batch_?size_?(total|global|all)",
-    re.I,
-)
-GLOBAL_HELP = re.compile(r"\b(total|global|across all|all gpus|all devices|all processes|overall|effective)\b", re.I)
-PER_GPU_HELP = re.compile(r"per[ -](gpu|device|process|rank|replica|card|worker)|each (gpu|device|process)", re.I)
-WORLD = re.compile(r"world_size|get_world_size|nprocs|ngpus|num_gpus|n_gpus?|gpus|device_count|num_replicas|num_processes|world", re.I)
 
 
 def _name(expr: cst.BaseExpression) -> str | None:
@@ -35,10 +28,6 @@ def _name(expr: cst.BaseExpression) -> str | None:
     return None
 
 
-def _code(model: ScriptModel, node: cst.CSTNode) -> str:
-    return model.module.code_for_node(node)
-
-
 @register
 class UndividedBatch(Rule):
     code = "DDP103"
@@ -48,7 +37,7 @@ class UndividedBatch(Rule):
     fix = "divide it by the world size: `batch_size = global_batch_size // dist.get_world_size()`"
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
-        documented = {o.dest: o for o in options(model) if GLOBAL_HELP.search(o.help) and not PER_GPU_HELP.search(o.help)}
+        documented = {o.dest: o for o in options(model) if GLOBAL_HELP.search(o.help) and not PER_RANK_HELP.search(o.help)}
         for loader in loaders(model):
             if not loader.samplers or loader.looks_like_eval():
                 continue   # an evaluation batch does not change the training batch
@@ -60,13 +49,13 @@ class UndividedBatch(Rule):
                 continue
             last = name.rpartition(".")[2]
             why = None
-            if GLOBAL_NAME.search(last):
+            if is_global_batch_name(last):
                 why = f"its name says `{last}` is the global batch"
             elif last in documented:
                 option = documented[last]
                 flag = next((f for f in option.flags if f.startswith("--")), option.flags[0])
                 why = f"`{flag}` is documented as \"{option.help.strip()}\""
-            if why is None or _divided(model, name, last):
+            if why is None or divided_by_world(model, name):
                 continue
             yield Hit(expr, message=(
                 f"`batch_size={name}` feeds a DistributedSampler loader, but {why}: each of the W ranks loads "
@@ -74,19 +63,3 @@ class UndividedBatch(Rule):
                 "and the learning rate and schedule tuned for it no longer match"
             ), fix=f"divide it: `batch_size={name} // world_size` (check it divides evenly), "
                    "or make the option per-GPU and say so in its help")
-
-
-def _divided(model: ScriptModel, name: str, last: str) -> bool:
-    """Somewhere the script divides that value by the world size."""
-    for a in model.assigns:
-        if a.value is None:
-            continue
-        if a.augmented in ("DivideAssign", "FloorDivideAssign") and a.key.rpartition(".")[2] == last:
-            if WORLD.search(_code(model, a.value)):
-                return True
-        if isinstance(a.value, (cst.BinaryOperation, cst.Call)):
-            text = _code(model, a.value)
-            if last in text and ("/" in text) and WORLD.search(text.split(last, 1)[1]):
-                if a.key.rpartition(".")[2] == last or a.key == name:
-                    return True
-    return False

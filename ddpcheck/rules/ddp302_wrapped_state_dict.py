@@ -9,11 +9,12 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.query import query
+from ddpcheck.model.reads import reads
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
 from ddpcheck.model.flow import argument_expr
-from ddpcheck.model.wrappers import strips_prefix, wrapper_held, wrapper_in
+from ddpcheck.model.wrappers import strips_prefix, wrapper_in
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -21,9 +22,15 @@ TORCH_SAVE = ("torch.save", "torch.serialization.save")
 # Save helpers we cannot see (`utils.save_on_master`, `save_checkpoint`): they write what they are given.
 SAVE_HELPER = re.compile(r"^(save|save_on_\w+|save_(checkpoint|ckpt|model|state|weights)\w*|\w*_save)$")
 # A test that tells the wrapper apart: `model.module if hasattr(model, "module") else model`.
-UNWRAP_TEST = re.compile(r"\bmodule\b|isinstance|hasattr|DataParallel|DistributedDataParallel|\bDDP\b|\bDP\b")
+_UNWRAP_NAMES = {"module", "isinstance", "hasattr", "DataParallel", "DistributedDataParallel", "DDP", "DP"}
 # A helper that strips the prefix before writing.
 STRIPS_PREFIX = re.compile(r"['\"]module\.|removeprefix|consume_prefix_in_state_dict_if_present|unwrap")
+
+
+def tells_wrapper_apart(model: ScriptModel, test: cst.BaseExpression) -> bool:
+    """A test that tells the wrapper apart: `hasattr(model, "module")`,
+    `isinstance(model, DDP)`, `model.module is not None`."""
+    return any(n.rpartition(".")[2] in _UNWRAP_NAMES for n in reads(model, test))
 
 
 @query(on_cycle=False)
@@ -75,8 +82,8 @@ class _Collector:
             return   # `{k[7:]: v for k, v in model.state_dict().items()}`: the keys are renamed
         if isinstance(node, cst.IfExp):
             # `m.module.state_dict() if args.distributed else m.state_dict()`: the author tells them apart
-            arms = self.model.module.code_for_node(node.body) + self.model.module.code_for_node(node.orelse)
-            if UNWRAP_TEST.search(self.model.module.code_for_node(node.test)) or ".module" in arms:
+            arms = reads(self.model, node.body) | reads(self.model, node.orelse)
+            if tells_wrapper_apart(self.model, node.test) or any(n.endswith(".module") for n in arms):
                 return
         if isinstance(node, cst.Call):
             site = self.model.site_of.get(id(node))
@@ -127,7 +134,7 @@ class WrappedStateDict(Rule):
                 if id(sd.node) in reported:
                     continue
                 key = dotted_name(sd.receiver)
-                if key is None or any(UNWRAP_TEST.search(model.module.code_for_node(b.test)) for b in sd.ctx.branches):
+                if key is None or any(tells_wrapper_apart(model, b.test) for b in sd.ctx.branches):
                     continue
                 found = wrapper_in(model, sd.receiver, sd.ctx)
                 if found is None:
@@ -189,7 +196,7 @@ def saved_params(model: ScriptModel, fn: FunctionInfo) -> list[str]:
         for sd in collector.found:
             key = dotted_name(sd.receiver)
             if key in fn.params and key not in found and \
-                    not any(UNWRAP_TEST.search(model.module.code_for_node(b.test)) for b in sd.ctx.branches) and \
+                    not any(tells_wrapper_apart(model, b.test) for b in sd.ctx.branches) and \
                     not [a for a in model.assignments(key, fn) if a.ctx.function is fn]:
                 found.append(key)
     return found

@@ -8,21 +8,18 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.arguments import options
+from ddpcheck.model.batches import derived_from_global, reads_world
 from ddpcheck.model.evaluation import is_eval_loader
 from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import LoaderInfo, held_loaders, loaders
+from ddpcheck.model.reads import reads
+from ddpcheck.model.values import held_loaders, loaders
+from ddpcheck.model.vocabulary import LR_NAME, LR_SCALING_CALL, WORLD_SIZE
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
-WORLD = re.compile(
-    r"world_size|get_world_size|world|nprocs?|n_?procs?|ngpus?|num_gpus?|n_gpus?|gpus|gpu_count|device_count"
-    r"|num_replicas|num_processes|num_devices|n_devices", re.I)
-GLOBAL_BATCH = re.compile(r"(global|total|effective|eff|overall)_?(train_?)?batch|batch_?size_?(total|global|all)", re.I)
-LR_KEY = re.compile(r"(^|[._\['\"])(\w*lr\w*|\w*learning_rate\w*)(['\"\]]*)$", re.I)
-SCALING_CALL = re.compile(r"scale\w*_lr|lr\w*_scal|scal\w*_learning_rate|linear_scal|sqrt_scal|scale_learning_rate", re.I)
 DOCUMENTED = re.compile(r"gpu|world|device|node|total|global|effective|replica|process", re.I)
 _PLAIN_CALLS = {"float", "int", "get", "getattr"}
 
@@ -32,45 +29,21 @@ def _code(model: ScriptModel, node: cst.CSTNode) -> str:
 
 
 @query
-def world_tokens(model: ScriptModel) -> set[str]:
-    """Names that carry the world size: `eff_batch_size = args.batch_size * misc.get_world_size()`."""
-    tokens: set[str] = set()
-    texts = [(a.key, _code(model, a.value)) for a in model.assigns
-             if a.value is not None and not WORLD.search(a.key)]
-    for _ in range(3):
-        grown = False
-        for key, text in texts:
-            if key not in tokens and _world(model, text, tokens):
-                tokens.add(key)
-                grown = True
-        if not grown:
-            break
-    return tokens
-
-
-def _world(model: ScriptModel, text: str, tokens: set[str]) -> bool:
-    if WORLD.search(text):
-        return True
-    return any(re.search(r"(?<![\w.])" + re.escape(t) + r"(?![\w])", text) for t in tokens)
-
-
-@query
 def lr_scaled(model: ScriptModel, depth: int = 0) -> bool:
     """Some lr in the file (or a helper of the tree it calls) is computed with
     the world size, or a scaling helper is called."""
-    tokens = world_tokens(model)
     result = False
     for a in model.assigns:
-        if a.value is not None and LR_KEY.search(a.key) and _world(model, _code(model, a.value), tokens):
+        if a.value is not None and LR_NAME.search(a.key) and reads_world(model, reads(model, a.value)):
             result = True
             break
     if not result:
         for c in model.calls:
-            if SCALING_CALL.search(c.attr or ""):
+            if LR_SCALING_CALL.search(c.attr or ""):
                 result = True
                 break
             # `lr=` of an optimizer, `max_lr=` of OneCycleLR, `base_lr=` of a warmup scheduler...
-            if any(a.keyword is not None and LR_KEY.search(a.keyword.value) and _world(model, _code(model, a.value), tokens)
+            if any(a.keyword is not None and LR_NAME.search(a.keyword.value) and reads_world(model, reads(model, a.value))
                    for a in c.node.args):
                 result = True
                 break
@@ -79,7 +52,8 @@ def lr_scaled(model: ScriptModel, depth: int = 0) -> bool:
             if m is model:
                 continue
             for a in m.assigns_in(fn):
-                if a.value is not None and LR_KEY.search(a.key) and WORLD.search(_code(m, a.value)):
+                if a.value is not None and LR_NAME.search(a.key) and \
+                        any(WORLD_SIZE.search(n) for n in reads(m, a.value)):
                     result = True
                     break
             if result:
@@ -115,29 +89,6 @@ def _plain(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | N
     return True   # `args.lr`, `cfg.SOLVER.BASE_LR`: config (a world-size rescale would have been seen)
 
 
-def _divided(model: ScriptModel, expr: cst.BaseExpression, loader: LoaderInfo) -> bool:
-    """The per-rank batch is derived from a global one."""
-    tokens = world_tokens(model)
-    text = _code(model, expr)
-    if GLOBAL_BATCH.search(text) or ("/" in text and _world(model, text, tokens)):
-        return True
-    key = dotted_name(expr)
-    if key is None:
-        return False
-    last = key.rpartition(".")[2]
-    for a in model.assigns:
-        if a.value is None or a.key.rpartition(".")[2] != last:
-            continue
-        value = _code(model, a.value)
-        if a.augmented in ("DivideAssign", "FloorDivideAssign") and _world(model, value, tokens):
-            return True
-        if "/" in value and _world(model, value, tokens):
-            return True
-        if GLOBAL_BATCH.search(value):
-            return True
-    return False
-
-
 def _optimizers(model: ScriptModel) -> Iterator[tuple[CallSite, cst.BaseExpression]]:
     for c in model.calls:
         q = c.qual or ""
@@ -167,7 +118,7 @@ class LrNotScaled(Rule):
         # name here holds: `loader, sampler = build_loader(args)`
         train = [l for l in loaders(model) + held_loaders(model) if l.samplers and l.batch_size is not None
                  and not is_eval_loader(model, l)]
-        if not train or any(_divided(l.model, l.batch_size, l) for l in train):
+        if not train or any(derived_from_global(l.model, l.batch_size) for l in train):
             return
         # the per-rank batch must visibly come from config (a parameter may have been divided by the caller)
         plain = [l for l in train if _plain(l.model, l.batch_size, l.site.ctx.function)]

@@ -241,3 +241,32 @@ def test_dict_entries_and_namespace_keys():
     v = value_at(m, expr, scope)
     assert len(v.made) == 1 and v.made[0].site.node.args[0].value.value == "train_set"
     assert made_names(value_at(m, *read(m, "marker2"))) == {"DistributedSampler"}
+
+
+def test_library_managed_loader_is_not_followed():
+    m = build("""
+        from torch.utils.data import DataLoader
+        loader = accelerator.prepare(DataLoader(ds))
+        marker(loader)
+    """)
+    consumed = iterated(m, *read(m))
+    assert not consumed.made_by("DataLoader") and not consumed.known
+
+
+def test_iter_remade_and_drained_with_next_is_a_pass_but_a_peek_is_not():
+    m = build("""
+        from torch.utils.data import DataLoader
+        loader = DataLoader(ds)
+        it = iter(loader)
+        for step in range(1000):
+            try:
+                batch = next(it)
+            except StopIteration:
+                it = iter(loader)
+                batch = next(it)
+        for _ in range(3):
+            peek = iter(DataLoader(other))
+    """)
+    found = [p for _, p in every_pass(m) if p.epoch is not None]
+    assert len(found) == 1 and found[0].iter_call is not None
+    assert found[0].consumed.made_by("DataLoader")[0].site.node.args[0].value.value == "ds"

@@ -85,3 +85,50 @@ def test_short_circuit_and_conditional_expression_arms():
     model = build_model("t.py", cst.parse_module(code), LintSettings(enabled=frozenset()))
     for site in (c for c in model.calls if c.func == "marker"):
         assert DN not in model.worlds(site.ctx)
+
+
+# -- guards through the value flow -------------------------------------------------
+
+def _marker_worlds(code: str) -> frozenset[str]:
+    model = build_model("t.py", cst.parse_module(PRE + code), LintSettings(enabled=frozenset()))
+    site = next(c for c in model.calls if c.func == "marker")
+    return model.worlds(site.ctx)
+
+
+def test_namespace_flag_set_in_another_function():
+    worlds = _marker_worlds(
+        "def setup(config):\n    config.writes_logs = dist.get_rank() == 0\n"
+        "def train(config):\n    if config.writes_logs:\n        marker()\n")
+    assert DN not in worlds and D0 in worlds
+
+
+def test_namespace_flag_not_from_the_rank_stays_unknown():
+    worlds = _marker_worlds(
+        "def setup(config):\n    config.writes_logs = config.save_every > 0\n"
+        "def train(config):\n    if config.writes_logs:\n        marker()\n")
+    assert DN in worlds
+
+
+def test_parameter_is_the_guard_its_callers_pass():
+    code = ("def log(leader):\n    if leader:\n        marker()\n"
+            "def main(args):\n    log(args.rank == 0)\n")
+    assert DN not in _marker_worlds(code)
+    # one caller passing a value true on every rank makes it no guard
+    assert DN in _marker_worlds(code + "    log(args.verbose)\n")
+    # a function handed away: its callers are unknown, so is the parameter
+    handed = ("def log(leader):\n    if leader:\n        marker()\n"
+              "def main(args):\n    run(log)\n")
+    assert DN in _marker_worlds(handed)
+
+
+def test_helper_guard_on_its_parameter_judged_at_the_call():
+    from ddpcheck.model.guards import worlds_from_call
+
+    code = PRE + ("def save(state, should_write):\n    if not should_write:\n        return\n    marker()\n"
+                  "def main(args):\n    save(s, should_write=args.rank == 0)\n    save(s, should_write=args.save)\n")
+    model = build_model("t.py", cst.parse_module(code), LintSettings(enabled=frozenset()))
+    site = next(c for c in model.calls if c.func == "marker")
+    fn = site.ctx.function
+    guarded, unguarded = [c for c in model.calls if c.func == "save"]
+    assert DN not in worlds_from_call(model, site.ctx, fn, model, guarded)
+    assert DN in worlds_from_call(model, site.ctx, fn, model, unguarded)

@@ -1,0 +1,127 @@
+"""The names an expression reads, recorded by the builder for every fact.
+
+`args.batch_size // dist.get_world_size()` reads `args.batch_size`, `args`,
+`dist.get_world_size`, `dist`: every Name and every dotted prefix of an
+attribute chain, `cfg['lr']` for a subscript by a string constant, and
+`os.environ['WORLD_SIZE']` for each environment variable read (however
+spelled: `os.environ.get("WORLD_SIZE")`, `os.getenv(...)`). Rules and queries
+ask these sets instead of regenerating source and searching it with a regex,
+so a comment or a string literal inside an expression never counts as a use.
+
+The builder records, in the same walk, the reads of each assignment value,
+call (and each of its arguments), branch test, loop iterable and returned
+value, plus the divisions inside them (`x / n`, `x // n`: what the dividend
+and the divisor read), which is how "divided by the world size" is answered.
+`reads(model, expr)` answers for any other expression with the same rules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import libcst as cst
+
+from ddpcheck.model.names import dotted_name, environ_key, string_value
+
+EMPTY: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class Division:
+    """`dividend / divisor` or `//` somewhere inside a recorded expression."""
+
+    node: cst.BinaryOperation
+    dividend: frozenset[str]
+    divisor: frozenset[str]
+
+
+def env_name(var: str) -> str:
+    return f"os.environ[{var!r}]"
+
+
+def subscript_name(node: cst.Subscript) -> str | None:
+    """`cfg['lr']` for a subscript of a dotted name by one string constant."""
+    if len(node.slice) != 1:
+        return None
+    idx = node.slice[0].slice
+    if not (isinstance(idx, cst.Index) and isinstance(idx.value, cst.SimpleString)):
+        return None
+    base = dotted_name(node.value)
+    value = idx.value.evaluated_value
+    return f"{base}[{value!r}]" if base and isinstance(value, str) else None
+
+
+def chain_names(node: cst.Attribute) -> list[str]:
+    """`a.b.c` -> ["a.b.c", "a.b"] (the Name `a` is read on its own)."""
+    d = dotted_name(node)
+    if d is None:
+        return []
+    parts = d.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 1, -1)]
+
+
+def reads(model, expr: cst.CSTNode | None) -> frozenset[str]:
+    """The names `expr` reads: the builder's record, or computed the same way."""
+    if expr is None:
+        return EMPTY
+    found = model.reads_of.get(id(expr))
+    if found is not None:
+        return found
+    return _compute(model, expr)
+
+
+def _compute(model, expr: cst.CSTNode) -> frozenset[str]:
+    from ddpcheck.model.builder import ENV_READ_CALLS, _child_fields
+
+    names: set[str] = set()
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name):
+            names.add(node.value)
+            continue
+        if isinstance(node, cst.Attribute):
+            names.update(chain_names(node))
+        elif isinstance(node, cst.Subscript):
+            key = subscript_name(node)
+            if key:
+                names.add(key)
+            env = environ_key(model.imports, node)
+            if env:
+                names.add(env_name(env))
+        elif isinstance(node, cst.Call):
+            func = dotted_name(node.func)
+            if func and model.imports.qualify(func) in ENV_READ_CALLS and node.args:
+                var = string_value(node.args[0].value)
+                if var:
+                    names.add(env_name(var))
+        elif isinstance(node, (cst.FunctionDef, cst.ClassDef)):
+            continue
+        if isinstance(node, cst.Attribute):
+            stack.append(node.value)
+            continue
+        for field in _child_fields(type(node)):   # the fields the builder walks
+            value = getattr(node, field)
+            if isinstance(value, cst.CSTNode):
+                stack.append(value)
+            elif isinstance(value, (list, tuple)):
+                stack.extend(v for v in value if isinstance(v, cst.CSTNode))
+    return frozenset(names)
+
+
+def last_parts(names: Iterable[str]) -> set[str]:
+    """The last component of each name: `batch_size` for `args.batch_size`,
+    `lr` for `cfg['lr']`."""
+    out = set()
+    for n in names:
+        if n.endswith("]") and "[" in n:
+            out.add(n[n.index("[") + 2:-2])
+        else:
+            out.add(n.rpartition(".")[2])
+    return out
+
+
+def reads_name(names: Iterable[str], key: str) -> bool:
+    """`key` itself, or an attribute / subscript of it, is read."""
+    return any(n == key or n.startswith(key + ".") or n.startswith(key + "[") for n in names)
