@@ -21,6 +21,7 @@ DDP_SIGNALS = re.compile(
     r"DistributedSampler|DataParallel\s*\(|DataParallel as|init_process_group|SyncBatchNorm|local_rank"
     r"|LOCAL_RANK|CUDA_VISIBLE_DEVICES|set_epoch|init_distributed|setup_distributed|ddp_setup|setup_ddp"
     r"|save_on_master|torchrun|is_main_process|rank_zero_only"
+    r"|FullyShardedDataParallel|fully_shard\b|deepspeed\.initialize|torch\.distributed\.checkpoint"
 )
 # ... or it runs a collective under what looks like a rank test (DDP401's
 # hang). Generic names (`reduce`, `gather`, `scatter`) only count behind a

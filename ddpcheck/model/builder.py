@@ -19,7 +19,7 @@ import re
 import libcst as cst
 
 from ddpcheck.model.script import (
-    Assign, Branch, CallSite, Ctx, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
+    Assign, Branch, CallSite, Ctx, Exit, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
 )
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
 from ddpcheck.settings import LintSettings
@@ -180,8 +180,16 @@ class ScriptBuilder:
 
     def visit_Return(self, node: cst.Return) -> None:
         fn = self.fn_stack[-1]
+        ctx = self.ctx()
         if fn is not None and node.value is not None:
-            fn.returns.append((node.value, self.ctx()))
+            fn.returns.append((node.value, ctx))
+        self.m.exits.append(Exit("return", node, ctx))
+
+    def visit_Break(self, node: cst.Break) -> None:
+        self.m.exits.append(Exit("break", node, self.ctx()))
+
+    def visit_Raise(self, node: cst.Raise) -> None:
+        self.m.exits.append(Exit("raise", node, self.ctx()))
 
     def visit_Yield(self, node: cst.Yield) -> None:
         fn = self.fn_stack[-1]
@@ -259,6 +267,8 @@ class ScriptBuilder:
         )
         self.m.calls.append(site)
         self.m.site_of[id(node)] = site
+        if site.qual in _EXIT_CALLS:
+            self.m.exits.append(Exit("exit", node, site.ctx))
         if site.qual in ENV_READ_CALLS and node.args:
             self._env_read(string_value(node.args[0].value))
 

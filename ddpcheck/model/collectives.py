@@ -28,6 +28,7 @@ from ddpcheck.model.guards import function_worlds
 from ddpcheck.model.evaluation import no_grad
 from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import call_site, exclusive, is_ddp_wrap, origins
 from ddpcheck.model.worlds import DISTRIBUTED, only_some_ranks
@@ -212,36 +213,13 @@ class Event:
 
 
 _RAISES = ("assertRaises", "assertRaisesRegex", "assertRaisesRegexp", "raises")
-_BLOCKS = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.Else, cst.ExceptHandler, cst.Finally,
-           cst.IndentedBlock, cst.SimpleStatementSuite)
-
-
-@query
-def _expected_failure_statements(model: ScriptModel, fn: FunctionInfo | None) -> set[int]:
-    """Statements of `fn` inside `with self.assertRaises(...)` / `with
-    pytest.raises(...)`: tests that make a collective fail on purpose. A
-    statement-level walk of one function, done only when a rank-only
-    collective needs it."""
-    found: set[int] = set()
-    body = fn.node.body if fn is not None else model.module
-    stack = [(c, False) for c in body.children if isinstance(c, cst.CSTNode)]
-    while stack:
-        node, inside = stack.pop()
-        if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
-            continue
-        if inside:
-            found.add(id(node))
-        if isinstance(node, cst.With) and any(
-                isinstance(i.item, cst.Call) and (dotted_name(i.item.func) or "").rpartition(".")[2] in _RAISES
-                for i in node.items):
-            inside = True
-        if isinstance(node, _BLOCKS) or isinstance(node, cst.With):
-            stack.extend((c, inside) for c in node.children if isinstance(c, cst.CSTNode))
-    return found
 
 
 def expects_failure(model: ScriptModel, site: CallSite) -> bool:
-    return site.stmt is not None and id(site.stmt) in _expected_failure_statements(model, site.ctx.function)
+    """The call sits inside `with self.assertRaises(...)` / `with
+    pytest.raises(...)`: a test that makes a collective fail on purpose."""
+    return any(isinstance(i.item, cst.Call) and (dotted_name(i.item.func) or "").rpartition(".")[2] in _RAISES
+               for i in with_items_around(model, site))
 
 
 def site_worlds(model: ScriptModel, site: CallSite) -> frozenset[str]:

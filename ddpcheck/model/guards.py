@@ -331,4 +331,19 @@ def function_worlds(model, fn) -> frozenset[str]:
     return ALL
 
 
-__all__ = ["condition_of", "is_rank_expr", "function_worlds", "worlds_from_call", "SINGLE", "ALL"]
+def rank_branch_text(model, ctx) -> str:
+    """The rank test that keeps some ranks away from `ctx`, as written, for
+    messages: "inside `if rank == 0:`"."""
+    for b in ctx.branches:
+        cond = condition_of(model, b.test, b.function)
+        arm = cond.true_branch if b.positive else cond.false_branch
+        if len(arm & DISTRIBUTED) == 1:
+            test = model.module.code_for_node(b.test).strip()
+            return f"inside `if {test}:`" if b.positive else f"past `if {test}:` (its else branch or after its early exit)"
+    fn = ctx.function
+    if fn is not None and function_worlds(model, fn) != ALL:
+        return f"`{fn.name}` is decorated to run on rank 0 only"
+    return "behind a rank test"
+
+
+__all__ = ["condition_of", "is_rank_expr", "function_worlds", "rank_branch_text", "worlds_from_call", "SINGLE", "ALL"]

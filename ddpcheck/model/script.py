@@ -149,6 +149,16 @@ class FunctionInfo:
 
 
 @dataclass(eq=False)
+class Exit:
+    """A statement that leaves the enclosing loop or function early:
+    `break`, `return`, `raise`, `sys.exit()` / `exit()` / `os._exit()`."""
+
+    kind: str                      # "break", "return", "raise" or "exit"
+    node: cst.CSTNode = field(repr=False)   # the statement (or the exit call)
+    ctx: Ctx
+
+
+@dataclass(eq=False)
 class Reference:
     """A use of a name (`main`, `self.save_checkpoint`): how functions are reached."""
 
@@ -173,6 +183,7 @@ class ScriptModel:
         self.assigns: list[Assign] = []
         self.loops: list[Loop] = []
         self.functions: list[FunctionInfo] = []
+        self.exits: list[Exit] = []
         self.references: dict[str, list[Reference]] = {}
         # environment variables read (`os.environ["LOCAL_RANK"]`, `.get`, `os.getenv`,
         # `"RANK" in os.environ`) -> the functions reading them (None: module level)

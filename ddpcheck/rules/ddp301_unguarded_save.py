@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import Iterator
 
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.guards import function_worlds, worlds_from_call
-from ddpcheck.model.names import dotted_name
+from ddpcheck.model.paths import per_rank_path
+from ddpcheck.model.sharding import is_distributed_checkpoint_save
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.reach import other_ranks_reach, unguarded_caller
 from ddpcheck.model.worlds import DN
@@ -25,7 +25,7 @@ _WHY = {
 def checkpoint_write(site: CallSite) -> str | None:
     """The kind of every-rank write a call is, or None."""
     q = site.qual or ""
-    if q.startswith("torch.") and q.rpartition(".")[2] == "save":
+    if q.startswith("torch.") and q.rpartition(".")[2] == "save" and not is_distributed_checkpoint_save(q):
         return "save"
     if q.rpartition(".")[2] == "SummaryWriter" and ("tensorboard" in q or "tensorboardX" in q):
         return "SummaryWriter"
@@ -34,27 +34,16 @@ def checkpoint_write(site: CallSite) -> str | None:
     return None
 
 
-PER_RANK = re.compile(r"rank|process_index|gpu_id|local_gpu")
-
-
 def per_rank_target(model: ScriptModel, site: CallSite, kind: str) -> bool:
     """The write goes to a path of its own on each rank (`f"queue{rank}.pth"`,
-    `log_dir=f"runs/rank{args.rank}"`): deliberate per-rank state, not N
-    processes fighting over one file."""
+    `log_dir=f"runs/rank{args.rank}"`)."""
     if kind == "save":
         target = site.arg("f", 1)
     elif kind == "SummaryWriter":
         target = site.arg("log_dir", 0)
     else:
         return False
-    if target is None:
-        return False
-    texts = [model.module.code_for_node(target)]
-    key = dotted_name(target)
-    if key is not None:
-        texts += [model.module.code_for_node(a.value)
-                  for a in model.assignments(key, site.ctx.function) if a.value is not None]
-    return any(PER_RANK.search(t) for t in texts)
+    return per_rank_path(model, target, site.ctx.function)
 
 
 def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0,

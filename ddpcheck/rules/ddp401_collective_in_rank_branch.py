@@ -5,25 +5,16 @@ from __future__ import annotations
 from typing import Iterator
 
 from ddpcheck.model.collectives import Event, function_events, unbalanced
-from ddpcheck.model.guards import condition_of, function_worlds
+from ddpcheck.model.guards import rank_branch_text
 from ddpcheck.model.script import ScriptModel
-from ddpcheck.model.worlds import ALL, DISTRIBUTED, describe
+from ddpcheck.model.worlds import describe
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
 
 def _guard(model: ScriptModel, event: Event) -> str:
     """The `if` that keeps some ranks out, as written."""
-    for b in event.site.ctx.branches:
-        cond = condition_of(model, b.test, b.function)
-        arm = cond.true_branch if b.positive else cond.false_branch
-        if len(arm & DISTRIBUTED) == 1:
-            test = model.module.code_for_node(b.test).strip()
-            return f"inside `if {test}:`" if b.positive else f"past `if {test}:` (its else branch or after its early exit)"
-    fn = event.site.ctx.function
-    if fn is not None and function_worlds(model, fn) != ALL:
-        return f"`{fn.name}` is decorated to run on rank 0 only"
-    return "behind a rank test"
+    return rank_branch_text(model, event.site.ctx)
 
 
 @register

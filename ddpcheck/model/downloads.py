@@ -1,0 +1,48 @@
+"""Calls that download into a shared folder: a data set class asked to
+download (`torchvision.datasets.CIFAR10(root, download=True)`, torchaudio's
+data sets) and the plain fetchers that write straight to a named file
+(torchvision's `download_url` / `download_and_extract_archive`,
+`urllib.request.urlretrieve`, `wget.download`).
+
+Not downloads for this question: `download=False` or a value computed at run
+time (unknown stays unknown), `torch.hub` / torchvision `weights=` /
+`pretrained=True` (the hub writes to a temporary file and renames it into
+place, so concurrent fetches waste bandwidth but do not corrupt the cache),
+Hugging Face `from_pretrained` / `load_dataset` (they take file locks)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.model.script import CallSite, ScriptModel
+
+# Packages whose data set classes take `download=True`.
+DATASET_PACKAGES = ("torchvision.datasets.", "torchaudio.datasets.", "torchtext.datasets.")
+# Functions that write the fetched bytes straight to the target path.
+FETCHERS = {
+    "torchvision.datasets.utils.download_url", "torchvision.datasets.utils.download_and_extract_archive",
+    "torchvision.datasets.utils.download_file_from_google_drive", "torchvision.datasets.utils.download_and_extract",
+    "urllib.request.urlretrieve", "wget.download",
+}
+
+
+def _literal_true(site: CallSite, keyword: str) -> bool:
+    value = site.arg(keyword)
+    return isinstance(value, cst.Name) and value.value == "True"
+
+
+def download_call(model: ScriptModel, site: CallSite) -> str | None:
+    """What the call downloads ("the data set", "the file"), or None."""
+    q = site.qual or ""
+    if q.startswith(DATASET_PACKAGES) and _literal_true(site, "download"):
+        return "data set"
+    if q in FETCHERS:
+        return "file"
+    return None
+
+
+def same_download(model: ScriptModel, site: CallSite) -> bool:
+    return download_call(model, site) is not None
+
+
+__all__ = ["download_call", "same_download", "DATASET_PACKAGES", "FETCHERS"]

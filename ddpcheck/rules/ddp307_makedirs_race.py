@@ -1,0 +1,53 @@
+"""DDP307 makedirs-race."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ddpcheck.findings import Severity
+from ddpcheck.model.distributed import runs_distributed
+from ddpcheck.model.makedirs import folder_creation, racy_folder_creation
+from ddpcheck.model.rankfirst import every_rank_at_once, unordered_work
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.rules.base import Hit, Rule, register
+
+_CHECKED = ("the existence check and the creation are not atomic, so several ranks see the folder missing and "
+            "create it, and every rank but the first raises FileExistsError")
+_BARE = "one rank creates the folder and every other rank raises FileExistsError"
+
+
+def _file(path: str) -> str:
+    return path.replace("\\", "/").rpartition("/")[2]
+
+
+@register
+class MakedirsRace(Rule):
+    code = "DDP307"
+    name = "makedirs-race"
+    severity = Severity.WARNING
+    message = ("a folder is created on every rank without `exist_ok=True`: the ranks race, and all but the "
+               "first raise FileExistsError")
+    fix = ("pass `exist_ok=True` (`os.makedirs(d, exist_ok=True)`, `Path(d).mkdir(parents=True, exist_ok=True)`), "
+           "or create it on rank 0 only, before a barrier")
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        if not runs_distributed(model):
+            return
+        for site in model.calls:
+            if site.ctx.opaque:
+                continue
+            if racy_folder_creation(model, site):
+                if every_rank_at_once(model, site, racy_folder_creation):
+                    found = folder_creation(model, site)
+                    call = f"`{site.func}(...)`" if site.func else "this mkdir"
+                    yield Hit(site.node, message=(
+                        f"{call} runs on every rank without `exist_ok=True`: {_CHECKED if found.checked else _BARE}"))
+                continue
+            target = model.resolve_call(site)
+            if target is None or target[0] is model:
+                continue   # same-file helpers are reported at their own mkdir
+            inner = unordered_work(target[0], target[1], racy_folder_creation)
+            if inner is not None and every_rank_at_once(model, site, racy_folder_creation):
+                yield Hit(site.node, message=(
+                    f"`{site.func}(...)` ({_file(target[0].path)}) creates a folder with `{inner.func}(...)` without "
+                    f"`exist_ok=True` and without a rank guard, and this call runs on every rank: {_CHECKED}"))
