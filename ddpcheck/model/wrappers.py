@@ -9,8 +9,14 @@ class (set-up runs first), unless the class unwraps it somewhere."""
 
 from __future__ import annotations
 
-from ddpcheck.model.script import Ctx, ScriptModel
+import re
+
+from ddpcheck.model.script import Assign, Ctx, ScriptModel
 from ddpcheck.model.values import WrapInfo, _direct_values, exclusive, wraps
+
+# A test that tells the wrapper apart from the model it wraps:
+# `model.module if hasattr(model, "module") else model`, `isinstance(model, DDP)`.
+UNWRAP_TEST = re.compile(r"\bmodule\b|isinstance|hasattr|DataParallel|DistributedDataParallel|\bDDP\b|\bDP\b")
 
 
 def _unwraps(model: ScriptModel, key: str, value) -> bool:
@@ -43,18 +49,7 @@ def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
                 return None
             return next((w for w in candidates if w.site.ctx.function is not scope), None)
         assigns = same_fn
-    local = [a for a in assigns if a.ctx.function is scope]
-    if local:
-        before = [a for a in local if a.ctx.order < ctx.order and not exclusive(a.ctx, ctx)]
-    else:
-        before = list(assigns)   # a module-level name read inside a function
-    # the assignments that can reach `ctx`: the latest one, and the ones in the
-    # other arms of the `if`s it sits in (`if dist: model = DDP(model) else: model = model.cuda()`)
-    reaching: list = []
-    for a in sorted(before, key=lambda a: -a.ctx.order):
-        if reaching and not all(exclusive(a.ctx, r.ctx) for r in reaching):
-            break
-        reaching.append(a)
+    reaching = reaching_assignments(assigns, ctx)
     held = []
     for a in reaching:
         if a.value is None:
@@ -67,6 +62,25 @@ def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
     return next((w for w in held if w.kind == "DistributedDataParallel"), held[0])
 
 
+def reaching_assignments(assigns: list[Assign], ctx: Ctx) -> list[Assign]:
+    """Of `assigns` (to one name, visible from `ctx`), the ones whose value the
+    name can hold at `ctx`: the latest one before it on the same path, and the
+    ones in the other arms of the `if`s it sits in (`if dist: model =
+    DDP(model) else: model = model.cuda()`). A module-level name read inside a
+    function: its module-level assignments, latest first."""
+    local = [a for a in assigns if a.ctx.function is ctx.function]
+    if local:
+        before = [a for a in local if a.ctx.order < ctx.order and not exclusive(a.ctx, ctx)]
+    else:
+        before = list(assigns)
+    reaching: list[Assign] = []
+    for a in sorted(before, key=lambda a: -a.ctx.order):
+        if reaching and not all(exclusive(a.ctx, r.ctx) for r in reaching):
+            break
+        reaching.append(a)
+    return reaching
+
+
 def _opposite_arms(model: ScriptModel, a: Ctx, b: Ctx) -> bool:
     """`if args.local_rank != -1: model = DDP(model)` ... later
     `if args.local_rank != -1: ... else: <here>`: two `if`s with the same test,
@@ -75,4 +89,4 @@ def _opposite_arms(model: ScriptModel, a: Ctx, b: Ctx) -> bool:
     return any(arms.get(model.module.code_for_node(br.test), br.positive) != br.positive for br in b.branches)
 
 
-__all__ = ["wrapper_held"]
+__all__ = ["wrapper_held", "reaching_assignments", "UNWRAP_TEST"]

@@ -2,99 +2,23 @@
 
 from __future__ import annotations
 
-import re
 from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.saves import is_save_sink, saved_state_dicts
+from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
-from ddpcheck.model.wrappers import wrapper_held
+from ddpcheck.model.wrappers import UNWRAP_TEST, wrapper_held
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
-TORCH_SAVE = ("torch.save", "torch.serialization.save")
-# Save helpers we cannot see (`utils.save_on_master`, `save_checkpoint`): they write what they are given.
-SAVE_HELPER = re.compile(r"^(save|save_on_\w+|save_(checkpoint|ckpt|model|state|weights)\w*|\w*_save)$")
-# A test that tells the wrapper apart: `model.module if hasattr(model, "module") else model`.
-UNWRAP_TEST = re.compile(r"\bmodule\b|isinstance|hasattr|DataParallel|DistributedDataParallel|\bDDP\b|\bDP\b")
-# A helper that strips the prefix before writing.
-STRIPS_PREFIX = re.compile(r"['\"]module\.|removeprefix|consume_prefix_in_state_dict_if_present|unwrap")
 
-
-def _helper_saves(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
-    memo = ("helper_saves", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
-    model._memo[memo] = False
-    result = False
-    for c in model.calls_in(fn):
-        if c.qual in TORCH_SAVE:
-            result = True
-            break
-        if depth < 2:
-            target = model.resolve_call(c)
-            if target is not None and _helper_saves(target[0], target[1], depth + 1):
-                result = True
-                break
-    if result and STRIPS_PREFIX.search(model.module.code_for_node(fn.node)):
-        result = False
-    model._memo[memo] = result
-    return result
-
-
-def is_save_sink(model: ScriptModel, site: CallSite) -> bool:
-    """torch.save, or a helper that passes what it gets to torch.save."""
-    if site.qual in TORCH_SAVE:
-        return True
-    target = model.resolve_call(site)
-    if target is not None:
-        return _helper_saves(*target)
-    attr = site.attr or ""
-    return bool(SAVE_HELPER.match(attr)) and not (site.qual or "").startswith(("numpy.", "np.", "json.", "pickle."))
-
-
-class _Collector:
-    def __init__(self, model: ScriptModel, sink: CallSite) -> None:
-        self.model = model
-        self.sink = sink
-        self.found: list[CallSite] = []
-        self.seen: set[int] = set()
-
-    def expr(self, node: cst.CSTNode, scope: FunctionInfo | None, depth: int = 0) -> None:
-        if depth > 4 or id(node) in self.seen:
-            return
-        self.seen.add(id(node))
-        if isinstance(node, cst.IfExp):
-            # `m.module.state_dict() if args.distributed else m.state_dict()`: the author tells them apart
-            arms = self.model.module.code_for_node(node.body) + self.model.module.code_for_node(node.orelse)
-            if UNWRAP_TEST.search(self.model.module.code_for_node(node.test)) or ".module" in arms:
-                return
-        if isinstance(node, cst.Call):
-            site = self.model.site_of.get(id(node))
-            if site is not None and site.attr == "state_dict" and site.receiver is not None:
-                self.found.append(site)
-                return
-        if isinstance(node, (cst.Name, cst.Attribute)) and not isinstance(node, cst.Call):
-            key = dotted_name(node)
-            if key is not None:
-                self.name(key, scope, depth)
-                if isinstance(node, cst.Name):
-                    return
-        for child in node.children:
-            if isinstance(child, cst.BaseExpression) or isinstance(child, (cst.Arg, cst.DictElement, cst.Element,
-                                                                          cst.StarredDictElement, cst.StarredElement)):
-                self.expr(child, scope, depth + 1)
-
-    def name(self, key: str, scope: FunctionInfo | None, depth: int) -> None:
-        """What the checkpoint dict under `key` was filled with before the save."""
-        for a in self.model.assigns:
-            if a.value is None or not (a.key == key or a.key.startswith(key + "[")):
-                continue
-            if a.ctx.function is not scope or a.ctx.order > self.sink.ctx.order:
-                continue
-            self.expr(a.value, scope, depth + 1)
+def _told_apart(model: ScriptModel, node: cst.IfExp) -> bool:
+    """`m.module.state_dict() if args.distributed else m.state_dict()`: the author tells them apart."""
+    arms = model.module.code_for_node(node.body) + model.module.code_for_node(node.orelse)
+    return bool(UNWRAP_TEST.search(model.module.code_for_node(node.test))) or ".module" in arms
 
 
 @register
@@ -115,10 +39,8 @@ class WrappedStateDict(Rule):
         for sink in model.calls:
             if not is_save_sink(model, sink):
                 continue
-            collector = _Collector(model, sink)
-            for a in sink.node.args:
-                collector.expr(a.value, sink.ctx.function)
-            for sd in collector.found:
+            found = saved_state_dicts(model, sink, lambda node: _told_apart(model, node))
+            for sd in found:
                 if id(sd.node) in reported:
                     continue
                 key = dotted_name(sd.receiver)
