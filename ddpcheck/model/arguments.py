@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.model.names import string_value
+from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, ScriptModel
 
 
@@ -26,10 +27,8 @@ class Option:
 
 
 
+@query
 def options(model: ScriptModel) -> list[Option]:
-    memo = ("options",)
-    if memo in model._memo:
-        return model._memo[memo]
     found = []
     for site in model.calls:
         if site.attr != "add_argument":
@@ -42,5 +41,4 @@ def options(model: ScriptModel) -> list[Option]:
             longs = [f for f in flags if f.startswith("--")]
             dest = (longs[0] if longs else flags[0]).lstrip("-").replace("-", "_")
         found.append(Option(site, flags, dest, string_value(site.arg("help")) or ""))
-    model._memo[memo] = found
     return found

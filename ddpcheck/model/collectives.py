@@ -26,6 +26,7 @@ import libcst as cst
 
 from ddpcheck.model.guards import function_worlds
 from ddpcheck.model.evaluation import no_grad
+from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import call_site, exclusive, is_ddp_wrap, origins
@@ -81,10 +82,8 @@ def _torch_distributed(site: CallSite) -> str | None:
     return q.rpartition(".")[2] if q.startswith("torch.distributed.") else None
 
 
+@query
 def collective_kind(model: ScriptModel, site: CallSite) -> str | None:
-    memo = ("collective_kind", id(site.node))
-    if memo in model._memo:
-        return model._memo[memo]
     result = None
     name = _torch_distributed(site)
     if name in COLLECTIVES:
@@ -98,7 +97,6 @@ def collective_kind(model: ScriptModel, site: CallSite) -> str | None:
             result = COLLECTIVES[last]
         elif last in ACCELERATE_COLLECTIVES and site.receiver is not None and _is_accelerator(model, site):
             result = ACCELERATE_COLLECTIVES[last]
-    model._memo[memo] = result
     return result
 
 
@@ -218,14 +216,12 @@ _BLOCKS = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.Else, cst.ExceptHa
            cst.IndentedBlock, cst.SimpleStatementSuite)
 
 
+@query
 def _expected_failure_statements(model: ScriptModel, fn: FunctionInfo | None) -> set[int]:
     """Statements of `fn` inside `with self.assertRaises(...)` / `with
     pytest.raises(...)`: tests that make a collective fail on purpose. A
     statement-level walk of one function, done only when a rank-only
     collective needs it."""
-    memo = ("expected_failures", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
     found: set[int] = set()
     body = fn.node.body if fn is not None else model.module
     stack = [(c, False) for c in body.children if isinstance(c, cst.CSTNode)]
@@ -241,7 +237,6 @@ def _expected_failure_statements(model: ScriptModel, fn: FunctionInfo | None) ->
             inside = True
         if isinstance(node, _BLOCKS) or isinstance(node, cst.With):
             stack.extend((c, inside) for c in node.children if isinstance(c, cst.CSTNode))
-    model._memo[memo] = found
     return found
 
 
@@ -259,12 +254,9 @@ def _label(site: CallSite) -> str:
     return f"`{site.func}(...)`" if site.func else "this call"
 
 
+@query(on_cycle=[])
 def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
     """Collective events of `fn` (None: module level), in source order."""
-    memo = ("collective_events", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
-    model._memo[memo] = []   # in progress: recursion reads as "nothing"
     events: list[Event] = []
     for c in model.calls_in(fn):
         worlds = site_worlds(model, c)
@@ -309,7 +301,6 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
                 desc = first.what if first.via is None else f"{first.what}, which {first.via}"
                 events.append(Event(c, frozenset().union(*(e.kinds for e in unguarded)), worlds, _label(c),
                                     via=f"calls {desc} in `{tfn.qualname}`{where}"))
-    model._memo[memo] = events
     return events
 
 

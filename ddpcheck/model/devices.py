@@ -113,12 +113,10 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
     return kinds
 
 
+@query
 def placement(model: ScriptModel, site: CallSite) -> frozenset[str]:
     """The CUDA device a call moves or creates something on: `.cuda(...)`,
     `.to(device)`, `torch.zeros(..., device="cuda")`."""
-    memo = ("placement", id(site.node))
-    if memo in model._memo:
-        return model._memo[memo]
     result = NOTHING
     attr = site.attr
     q = site.qual or ""
@@ -130,15 +128,12 @@ def placement(model: ScriptModel, site: CallSite) -> frozenset[str]:
         result = device_kinds(model, site.arg("device", 0), scope, ordinal=True)
     elif site.has_keyword("device") and q != "torch.device":
         result = device_kinds(model, site.arg("device"), scope, ordinal=True)
-    model._memo[memo] = result
     return result
 
 
+@query
 def placements(model: ScriptModel) -> list[tuple[CallSite, frozenset[str]]]:
-    memo = ("placements",)
-    if memo not in model._memo:
-        model._memo[memo] = [(c, k) for c in model.calls if (k := placement(model, c))]
-    return model._memo[memo]
+    return [(c, k) for c in model.calls if (k := placement(model, c))]
 
 
 # -- CUDA initialisation --------------------------------------------------------------
@@ -152,7 +147,7 @@ def initialises_cuda(model: ScriptModel, site: CallSite) -> bool:
 
 def function_cuda_init(model: ScriptModel, fn: FunctionInfo | None) -> CallSite | None:
     """The first call in `fn` that initialises CUDA, itself or in a helper it calls."""
-    return model.first_call_reaching(fn, initialises_cuda, "cuda_init")
+    return model.first_call_reaching(fn, initialises_cuda)
 
 
 # -- picking the GPU per rank ----------------------------------------------------------
@@ -169,17 +164,15 @@ def sets_device_call(model: ScriptModel, site: CallSite) -> bool:
 
 
 def function_sets_device(model: ScriptModel, fn: FunctionInfo | None) -> bool:
-    return model.first_call_reaching(fn, sets_device_call, "sets_device") is not None
+    return model.first_call_reaching(fn, sets_device_call) is not None
 
 
+@query
 def script_sets_device(model: ScriptModel) -> bool | None:
     """True: the script (or a local helper it calls) selects the GPU per
     process. False: certainly not. None: it may, in code we cannot see (a
     process group started by an unresolvable helper, a `setup_device(...)`
     from a package)."""
-    memo = ("script_sets_device",)
-    if memo in model._memo:
-        return model._memo[memo]
     result: bool | None = False
     if any(sets_device_call(model, c) for c in model.calls):
         result = True
@@ -195,7 +188,6 @@ def script_sets_device(model: ScriptModel) -> bool | None:
             if c in init_calls(model) or (c.attr and DEVICE_HELPER_NAME.search(c.attr)):
                 result = None
                 break
-    model._memo[memo] = result
     return result
 
 
@@ -287,13 +279,11 @@ __all__ = [
 
 # -- summaries the GPU rules share -------------------------------------------------------
 
+@query
 def nccl_init_calls(model: ScriptModel) -> list[CallSite] | None:
     """Calls in this file that start an NCCL (or default-backend) process
     group, directly or through a local helper. None when a group may be
     started by code we cannot see."""
-    memo = ("nccl_init_calls",)
-    if memo in model._memo:
-        return model._memo[memo]
     result: list[CallSite] | None = []
     for c in init_calls(model):
         sites = init_sites(model, c)
@@ -302,18 +292,15 @@ def nccl_init_calls(model: ScriptModel) -> list[CallSite] | None:
             break
         if any(uses_nccl(backends(m, s)) for m, s in sites):
             result.append(c)
-    model._memo[memo] = result
     return result
 
 
+@query
 def all_ranks_on_one_gpu(model: ScriptModel) -> tuple[CallSite, CallSite] | None:
     """(the NCCL init call, the first fixed-device placement) when the script
     starts an NCCL group, never selects a GPU per process (no set_device, no
     `device_id=`, no per-rank device anywhere, no CUDA_VISIBLE_DEVICES of its
     own) and still puts tensors or the model on a bare "cuda" / `.cuda()`."""
-    memo = ("all_ranks_on_one_gpu",)
-    if memo in model._memo:
-        return model._memo[memo]
     from ddpcheck.model.env import env_writes
     from ddpcheck.model.worlds import DISTRIBUTED
 
@@ -325,7 +312,6 @@ def all_ranks_on_one_gpu(model: ScriptModel) -> tuple[CallSite, CallSite] | None
             fixed = [c for c, kinds in placed if FIXED in kinds and model.worlds(c.ctx) & DISTRIBUTED]
             if fixed:
                 result = (nccl[0], fixed[0])
-    model._memo[memo] = result
     return result
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from ddpcheck.model.query import query
 from ddpcheck.model.script import FunctionInfo, ScriptModel
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
 
@@ -17,12 +18,9 @@ def is_init_call(model: ScriptModel, site) -> bool:
     return is_api_call(model, site, "init_process_group")
 
 
+@query(on_cycle=False)
 def function_inits(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
     """The function (or one it calls, 3 deep) calls init_process_group."""
-    memo = ("inits", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
-    model._memo[memo] = False
     result = any(is_init_call(model, c) for c in model.calls_in(fn))
     if not result and depth < 3:
         for c in model.calls_in(fn):
@@ -30,16 +28,13 @@ def function_inits(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool
             if target is not None and function_inits(target[0], target[1], depth + 1):
                 result = True
                 break
-    model._memo[memo] = result
     return result
 
 
+@query
 def init_calls(model: ScriptModel) -> list:
     """Calls in this file that start the process group: init_process_group
     itself or a helper (resolved, or unresolvable but named like one)."""
-    memo = ("init_calls",)
-    if memo in model._memo:
-        return model._memo[memo]
     found = []
     for c in model.calls:
         if is_init_call(model, c):
@@ -53,20 +48,16 @@ def init_calls(model: ScriptModel) -> list:
                 found.append(c)
         elif c.attr and INIT_HELPER_NAME.search(c.attr):
             found.append(c)
-    model._memo[memo] = found
     return found
 
 
+@query
 def runs_distributed(model: ScriptModel) -> bool:
     """The script starts a process group, wraps in DDP or shards with a
     DistributedSampler: it runs as several processes."""
-    memo = ("runs_distributed",)
-    if memo in model._memo:
-        return model._memo[memo]
     result = bool(init_calls(model)) or any(w.kind == "DistributedDataParallel" for w in wraps(model)) or any(
         is_api_call(model, c, "DistributedSampler") for c in model.calls
     )
-    model._memo[memo] = result
     return result
 
 
@@ -81,14 +72,12 @@ def is_destroy_call(model: ScriptModel, site) -> bool:
     return is_api_call(model, site, "destroy_process_group")
 
 
+@query
 def script_destroys(model: ScriptModel) -> bool | None:
     """The script tears its process group down: `destroy_process_group` is
     called or referenced (`atexit.register(dist.destroy_process_group)`) in
     the file or in a local helper it calls. None: it may, in a helper we
     cannot see (`cleanup()` from a package)."""
-    memo = ("script_destroys",)
-    if memo in model._memo:
-        return model._memo[memo]
     result: bool | None = False
     if model.references.get("destroy_process_group"):
         result = True
@@ -97,7 +86,6 @@ def script_destroys(model: ScriptModel) -> bool | None:
     elif any(model.resolve_call(c) is None and c.attr and DESTROY_HELPER_NAME.search(c.attr)
              and not (c.qual or "").startswith("torch.") for c in model.calls):
         result = None
-    model._memo[memo] = result
     return result
 
 

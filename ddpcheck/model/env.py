@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ddpcheck.model.query import query
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.names import string_value
 
@@ -33,10 +34,8 @@ class EnvWrite:
     how: str               # "assignment", "setdefault", "update", "putenv"
 
 
+@query
 def env_writes(model: ScriptModel, name: str) -> list[EnvWrite]:
-    memo = ("env_writes", name)
-    if memo in model._memo:
-        return model._memo[memo]
     found = []
     for a in model.assigns:
         base, sep, rest = a.key.partition("[")
@@ -49,7 +48,6 @@ def env_writes(model: ScriptModel, name: str) -> list[EnvWrite]:
         elif q == "os.environ.update" and _update_sets(c.node, name):
             found.append(EnvWrite(name, c.node, c.ctx, "update"))
     found.sort(key=lambda w: w.ctx.order)
-    model._memo[memo] = found
     return found
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.model.epochs import arg_index, param_for, param_loops
+from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel, owner_class
 from ddpcheck.model.values import LoaderInfo, iterated_keys
 
@@ -82,18 +83,15 @@ def _receiving_scopes(model: ScriptModel, loader: LoaderInfo) -> list[FunctionIn
     return scopes
 
 
+@query
 def loader_loops(model: ScriptModel, loader: LoaderInfo) -> list[LoaderLoop]:
     """Every `for` loop over `loader` (by the name it is assigned to, where it
     is built or where its builder function returns it)."""
-    memo = ("loader_loops", id(loader.site.node))
-    if memo in model._memo:
-        return model._memo[memo]
     found: list[LoaderLoop] = []
     key = loader.key
     if key is not None:
         for scope in [loader.site.ctx.function] + _receiving_scopes(model, loader):
             found += _loops_in(model, key, scope)
-    model._memo[memo] = found
     return found
 
 
@@ -121,13 +119,11 @@ def _eval_function(fn: FunctionInfo | None) -> bool:
     return fn is not None and bool(EVAL_FUNCTION.search(fn.name))
 
 
+@query
 def is_eval_loader(model: ScriptModel, loader: LoaderInfo) -> bool:
     """Named like evaluation data (`val_loader`, `data_loader_test`,
     `testloader`, `sampler_val`), or not named like training data and only
     iterated without gradients or in an evaluation function."""
-    memo = ("is_eval_loader", id(loader.site.node))
-    if memo in model._memo:
-        return model._memo[memo]
     names = [n for n in [loader.key or ""] + [s.key or "" for s in loader.samplers] if n]
     if loader.looks_like_eval() or any(EVAL_LOADER_NAME.search(n) for n in names):
         result = True
@@ -138,7 +134,6 @@ def is_eval_loader(model: ScriptModel, loader: LoaderInfo) -> bool:
         result = bool(loops) and all(
             no_grad(l.model, l.loop.ctx) or _eval_function(l.function) for l in loops
         )
-    model._memo[memo] = result
     return result
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.model.names import dotted_name, environ_key, string_value
+from ddpcheck.model.query import query
 from ddpcheck.model.worlds import (
     ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
 )
@@ -49,15 +50,9 @@ WORLD_SIZE_NAMES = {"world_size", "num_processes", "nprocs", "ddp_world_size", "
 _REPRESENTATIVES = {D0: (0,), DN: (1, 2, 3, 7), S: (-1, 0)}
 
 
+@query(on_cycle=UNKNOWN)   # recursive definitions (`a = b; b = a`) read as unknown
 def condition_of(model, expr: cst.BaseExpression, scope) -> Condition:
-    memo = ("cond", id(expr))
-    cache = model._memo
-    if memo in cache:
-        return cache[memo] if cache[memo] is not None else UNKNOWN
-    cache[memo] = None  # in progress: recursive definitions read as unknown
-    result = _condition(model, expr, scope)
-    cache[memo] = result
-    return result
+    return _condition(model, expr, scope)
 
 
 def _last(model, expr: cst.BaseExpression) -> str | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 
@@ -33,11 +34,9 @@ def is_reduction(site: CallSite) -> bool:
     return bool(REDUCTION_NAME.search(attr)) or attr in REDUCTION_ATTRS
 
 
+@query
 def function_reduces(model: ScriptModel, fn: FunctionInfo | None) -> bool:
     """`fn` (None: module-level code) or a function it calls, 3 deep, reduces."""
-    memo = ("reduces", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
     calls = model.calls_in(fn)
     result = any(is_reduction(c) for c in calls)
     if not result:
@@ -45,7 +44,6 @@ def function_reduces(model: ScriptModel, fn: FunctionInfo | None) -> bool:
             if any(is_reduction(c) for c in m.calls_in(callee)):
                 result = True
                 break
-    model._memo[memo] = result
     return result
 
 

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from ddpcheck.model.query import query
 from ddpcheck.model.script import ScriptModel
 
 
+@query
+def _positions(model: ScriptModel):
+    return MetadataWrapper(model.module, unsafe_skip_copy=True).resolve(PositionProvider)
+
+
 def line_of(model: ScriptModel, node) -> int | None:
-    memo = ("positions",)
-    if memo not in model._memo:
-        model._memo[memo] = MetadataWrapper(model.module, unsafe_skip_copy=True).resolve(PositionProvider)
-    pos = model._memo[memo].get(node)
+    pos = _positions(model).get(node)
     return pos.start.line if pos is not None else None
 
 

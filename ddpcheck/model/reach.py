@@ -6,6 +6,7 @@ point we cannot judge, so it counts as unreached)."""
 from __future__ import annotations
 
 from ddpcheck.model.guards import function_worlds
+from ddpcheck.model.query import query
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.worlds import DN
 
@@ -13,7 +14,7 @@ from ddpcheck.model.worlds import DN
 def other_ranks_reach(model: ScriptModel, ctx: Ctx) -> bool:
     if DN not in model.worlds(ctx):
         return False
-    return _function_reached(model, ctx.function, set())
+    return _function_reached(model, ctx.function)
 
 
 def unguarded_caller(model: ScriptModel, fn: FunctionInfo | None):
@@ -24,29 +25,19 @@ def unguarded_caller(model: ScriptModel, fn: FunctionInfo | None):
     for ref in model.refs_to(fn):
         if ref.ctx.function is fn:
             continue   # recursion, or a local variable of the same name
-        if DN in model.worlds(ref.ctx) and _function_reached(model, ref.ctx.function, set()):
+        if DN in model.worlds(ref.ctx) and _function_reached(model, ref.ctx.function):
             return ref
     return None
 
 
-def _function_reached(model: ScriptModel, fn: FunctionInfo | None, seen: set[int]) -> bool:
+@query(on_cycle=False)   # a caller that is only reached through `fn` itself adds no path
+def _function_reached(model: ScriptModel, fn: FunctionInfo | None) -> bool:
     if fn is None:
         return True
     if DN not in function_worlds(model, fn):
         return False
-    if id(fn) in seen:
-        return False
-    seen.add(id(fn))
-    memo = ("reached", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
-    result = False
-    for ref in model.refs_to(fn):
-        if DN in model.worlds(ref.ctx) and _function_reached(model, ref.ctx.function, seen):
-            result = True
-            break
-    model._memo[memo] = result
-    return result
+    return any(DN in model.worlds(ref.ctx) and _function_reached(model, ref.ctx.function)
+               for ref in model.refs_to(fn))
 
 
 def script_reaches(model: ScriptModel, fn: FunctionInfo | None) -> bool:
@@ -55,30 +46,21 @@ def script_reaches(model: ScriptModel, fn: FunctionInfo | None) -> bool:
     from code the script runs. A function nobody in the file calls is a
     library entry point (a helper in utils.py); a bare mention (a type
     annotation, `__all__`) does not run anything."""
-    return _used(model, fn, set())
+    return _used(model, fn)
 
 
+@query
 def _call_parts(model: ScriptModel) -> set[int]:
-    memo = ("call_parts",)
-    if memo not in model._memo:
-        parts: set[int] = set()
-        for c in model.calls:
-            parts.add(id(c.node.func))
-            parts.update(id(a.value) for a in c.node.args)
-        model._memo[memo] = parts
-    return model._memo[memo]
+    parts: set[int] = set()
+    for c in model.calls:
+        parts.add(id(c.node.func))
+        parts.update(id(a.value) for a in c.node.args)
+    return parts
 
 
-def _used(model: ScriptModel, fn: FunctionInfo | None, seen: set[int]) -> bool:
+@query(on_cycle=False)   # used only from inside itself: not used
+def _used(model: ScriptModel, fn: FunctionInfo | None) -> bool:
     if fn is None:
         return True
-    memo = ("script_reaches", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
-    if id(fn) in seen:
-        return False
-    seen.add(id(fn))
     parts = _call_parts(model)
-    result = any(id(ref.node) in parts and _used(model, ref.ctx.function, seen) for ref in model.refs_to(fn))
-    model._memo[memo] = result
-    return result
+    return any(id(ref.node) in parts and _used(model, ref.ctx.function) for ref in model.refs_to(fn))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 import libcst as cst
 
 from ddpcheck.model.names import ImportTable, dotted_name
-from ddpcheck.model.query import QueryCache
+from ddpcheck.model.query import QueryCache, query
 from ddpcheck.model.worlds import ALL
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -147,6 +147,10 @@ class Reference:
     via_attribute: bool
 
 
+# shared read-only answer for "nothing recorded here" (callers never mutate query answers)
+_EMPTY: list = []
+
+
 class ScriptModel:
     def __init__(self, path: str, module: cst.Module, settings) -> None:
         self.path = path
@@ -164,7 +168,6 @@ class ScriptModel:
         self.env_reads: dict[str, list[FunctionInfo | None]] = {}
         self.class_names: set[str] = set()
         self.project: "ProjectIndex | None" = None
-        self._memo: dict = {}
         self.queries = QueryCache()   # answers of @query functions (model/query.py)
 
     # -- names -------------------------------------------------------------
@@ -182,24 +185,28 @@ class ScriptModel:
 
     # -- functions ----------------------------------------------------------
     def functions_named(self, name: str, class_name: str | None = None) -> list[FunctionInfo]:
-        key = ("fn", name, class_name)
-        if key not in self._memo:
-            self._memo[key] = [
-                f for f in self.functions
-                if f.name == name and (class_name is None or f.class_name == class_name)
-            ]
-        return self._memo[key]
+        by_name = self._functions_by_name()
+        found = by_name.get(name, _EMPTY)
+        if class_name is None:
+            return found
+        return [f for f in found if f.class_name == class_name]
+
+    @query
+    def _functions_by_name(self) -> dict[str, list[FunctionInfo]]:
+        by_name: dict[str, list[FunctionInfo]] = {}
+        for f in self.functions:
+            by_name.setdefault(f.name, []).append(f)
+        return by_name
 
     def calls_in(self, fn: FunctionInfo | None) -> list[CallSite]:
-        key = ("calls_in", id(fn))
-        if key not in self._memo:
-            by_fn: dict[int, list[CallSite]] = {}
-            for c in self.calls:
-                by_fn.setdefault(id(c.ctx.function), []).append(c)
-            for fid, items in by_fn.items():
-                self._memo[("calls_in", fid)] = items
-            self._memo.setdefault(key, [])
-        return self._memo[key]
+        return self._calls_by_function().get(fn, _EMPTY)
+
+    @query
+    def _calls_by_function(self) -> dict[FunctionInfo | None, list[CallSite]]:
+        by_fn: dict[FunctionInfo | None, list[CallSite]] = {}
+        for c in self.calls:
+            by_fn.setdefault(c.ctx.function, []).append(c)
+        return by_fn
 
     def calls_inside(self, loop: Loop) -> list[CallSite]:
         return [c for c in self.calls_in(loop.ctx.function) if c.ctx.inside(loop)]
@@ -218,40 +225,30 @@ class ScriptModel:
                      if not r.via_attribute and id(r.node) not in names]
         return refs
 
+    @query
     def _class_name_nodes(self) -> set[int]:
         """The name nodes of `class X:` statements (not uses of X)."""
-        memo = ("class_name_nodes",)
-        if memo not in self._memo:
-            found: set[int] = set()
-            stack = list(self.module.body)
-            while stack:
-                node = stack.pop()
-                if isinstance(node, cst.ClassDef):
-                    found.add(id(node.name))
-                elif isinstance(node, (cst.If, cst.Try, cst.With, cst.Else, cst.ExceptHandler, cst.Finally,
-                                       cst.IndentedBlock)):
-                    stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
-            self._memo[memo] = found
-        return self._memo[memo]
+        found: set[int] = set()
+        stack = list(self.module.body)
+        while stack:
+            node = stack.pop()
+            if isinstance(node, cst.ClassDef):
+                found.add(id(node.name))
+            elif isinstance(node, (cst.If, cst.Try, cst.With, cst.Else, cst.ExceptHandler, cst.Finally,
+                                   cst.IndentedBlock)):
+                stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
+        return found
 
     def _module_attribute(self, node: cst.CSTNode) -> bool:
         d = dotted_name(node) if isinstance(node, cst.Attribute) else None
         return bool(d) and d.split(".")[0] != "self" and self.imports.is_imported(d)
 
     # -- assignments --------------------------------------------------------
+    @query
     def assignments(self, key: str, scope: FunctionInfo | None) -> list[Assign]:
         """Assignments to `key` visible from `scope`: the function's own, else
         the module's. Attribute keys on `self` are shared by the whole class."""
-        memo = ("assign", key, id(scope))
-        if memo in self._memo:
-            return self._memo[memo]
-        by_key = self._memo.get("assigns_by_key")
-        if by_key is None:
-            by_key = {}
-            for a in self.assigns:
-                by_key.setdefault(a.key, []).append(a)
-            self._memo["assigns_by_key"] = by_key
-        same_key = by_key.get(key, ())
+        same_key = self._assigns_by_key().get(key, _EMPTY)
         if key.startswith("self."):
             cls = scope.class_name if scope else None
             found = [a for a in same_key if owner_class(a.ctx) == cls]
@@ -260,19 +257,24 @@ class ScriptModel:
             if not found and scope is not None:
                 parent = scope.ctx.function
                 found = self.assignments(key, parent) if parent is not scope else []
-        self._memo[memo] = found
         return found
 
+    @query
+    def _assigns_by_key(self) -> dict[str, list[Assign]]:
+        by_key: dict[str, list[Assign]] = {}
+        for a in self.assigns:
+            by_key.setdefault(a.key, []).append(a)
+        return by_key
+
     def assigns_in(self, fn: FunctionInfo | None) -> list[Assign]:
-        key = ("assigns_in", id(fn))
-        if key not in self._memo:
-            by_fn: dict[int, list[Assign]] = {}
-            for a in self.assigns:
-                by_fn.setdefault(id(a.ctx.function), []).append(a)
-            for fid, items in by_fn.items():
-                self._memo[("assigns_in", fid)] = items
-            self._memo.setdefault(key, [])
-        return self._memo[key]
+        return self._assigns_by_function().get(fn, _EMPTY)
+
+    @query
+    def _assigns_by_function(self) -> dict[FunctionInfo | None, list[Assign]]:
+        by_fn: dict[FunctionInfo | None, list[Assign]] = {}
+        for a in self.assigns:
+            by_fn.setdefault(a.ctx.function, []).append(a)
+        return by_fn
 
     # -- worlds --------------------------------------------------------------
     def worlds(self, ctx: Ctx) -> frozenset[str]:
@@ -287,13 +289,11 @@ class ScriptModel:
         return result
 
     # -- cross-file -----------------------------------------------------------
+    @query
     def resolve_call(self, call: CallSite) -> tuple["ScriptModel", FunctionInfo] | None:
         """The function a call lands in, in this file or a local module the
         script imports. None when it cannot be seen (a library, a dynamic call)."""
-        memo = ("resolve", id(call.node))
-        if memo not in self._memo:
-            self._memo[memo] = self._resolve(call)
-        return self._memo[memo]
+        return self._resolve(call)
 
     def _resolve(self, call: CallSite) -> tuple["ScriptModel", FunctionInfo] | None:
         func = call.node.func
@@ -320,14 +320,11 @@ class ScriptModel:
                     return self.project.resolve_function(self.path, target, level, func.attr.value)
         return None
 
-    def first_call_reaching(self, fn: FunctionInfo | None, test, tag: str) -> CallSite | None:
+    @query(on_cycle=None)   # recursion reads as "no"
+    def first_call_reaching(self, fn: FunctionInfo | None, test) -> CallSite | None:
         """The first call in `fn` for which `test(model, call)` holds, or that
-        leads to one through local helpers (memoised under `tag`; recursion
-        reads as "no")."""
-        memo = (tag, id(fn))
-        if memo in self._memo:
-            return self._memo[memo]
-        self._memo[memo] = None
+        leads to one through local helpers (`test`: a module-level function,
+        part of the memo key)."""
         result = None
         for c in self.calls_in(fn):
             if test(self, c):
@@ -335,10 +332,9 @@ class ScriptModel:
                 break
             target = self.resolve_call(c)
             if target is not None and target[1] is not fn and \
-                    target[0].first_call_reaching(target[1], test, tag) is not None:
+                    target[0].first_call_reaching(target[1], test) is not None:
                 result = c
                 break
-        self._memo[memo] = result
         return result
 
     def callees(self, calls: Iterable[CallSite], depth: int = 3) -> Iterator[tuple["ScriptModel", FunctionInfo, CallSite]]:

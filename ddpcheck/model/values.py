@@ -13,6 +13,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel, call_arg
 from ddpcheck.model.names import dotted_name, is_torch_api
 
@@ -107,12 +108,10 @@ def _unpacked_origins(model: ScriptModel, value: cst.BaseExpression, index: int,
                 yield from origins(tmodel, ret.elements[index].value, fn, depth)
 
 
+@query
 def key_of(model: ScriptModel, site: CallSite) -> str | None:
     """The name a call's result is assigned to (`train_loader` for
     `train_loader = DataLoader(...)`), through IfExp and method chains."""
-    memo = ("key_of", id(site.node))
-    if memo in model._memo:
-        return model._memo[memo]
     result = None
     for a in model.assigns_in(site.ctx.function):
         if a.value is None:
@@ -120,7 +119,6 @@ def key_of(model: ScriptModel, site: CallSite) -> str | None:
         if a.value is site.node or any(s is site.node for s in _direct_values(a.value)):
             result = a.key
             break
-    model._memo[memo] = result
     return result
 
 
@@ -201,10 +199,8 @@ def distributed_samplers(model: ScriptModel, expr, scope) -> list[SamplerInfo]:
     return found
 
 
+@query
 def loaders(model: ScriptModel) -> list[LoaderInfo]:
-    memo = ("loaders",)
-    if memo in model._memo:
-        return model._memo[memo]
     result = []
     for site in model.calls:
         if not is_api_call(model, site, "DataLoader"):
@@ -227,17 +223,14 @@ def loaders(model: ScriptModel) -> list[LoaderInfo]:
                     samplers.append(SamplerInfo(m, bs, key_of(m, bs)))
         result.append(LoaderInfo(model, site, key_of(model, site), tuple(samplers), tuple(batch_keys),
                                  tuple(batch_sizes)))
-    model._memo[memo] = result
     return result
 
 
+@query
 def returned_loaders(model: ScriptModel) -> list[LoaderInfo]:
     """Loaders a script receives from a builder function (in the file or a
     local module): `train_loader = build_loader(cfg)` or
     `dataset_train, dataset_val, data_loader_train, data_loader_val = build_loader(config)`."""
-    memo = ("returned_loaders",)
-    if memo in model._memo:
-        return model._memo[memo]
     result = []
     for a in model.assigns:
         value = a.value if a.value is not None else (a.unpacked[0] if a.unpacked else None)
@@ -253,7 +246,6 @@ def returned_loaders(model: ScriptModel) -> list[LoaderInfo]:
                     result.append(LoaderInfo(m, origin, a.key, inner.samplers, inner.batch_sampler_keys,
                                              inner.batch_sampler_sizes, holder=a.ctx.function, held=True))
                     break
-    model._memo[memo] = result
     return result
 
 
@@ -277,10 +269,8 @@ class WrapInfo:
         return self.site.ctx.order
 
 
+@query
 def wraps(model: ScriptModel) -> list[WrapInfo]:
-    memo = ("wraps",)
-    if memo in model._memo:
-        return model._memo[memo]
     result = []
     for site in model.calls:
         if is_ddp_wrap(model, site):
@@ -291,7 +281,6 @@ def wraps(model: ScriptModel) -> list[WrapInfo]:
             continue
         inner = site.arg("module", 0)
         result.append(WrapInfo(site, kind, key_of(model, site), dotted_name(inner) if inner is not None else None))
-    model._memo[memo] = result
     return result
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ddpcheck.model.query import query
 from ddpcheck.model.script import Assign, Ctx, ScriptModel
 from ddpcheck.model.values import WrapInfo, _direct_values, exclusive, wraps
 
@@ -24,13 +25,10 @@ def _unwraps(model: ScriptModel, key: str, value) -> bool:
     return f"{key}.module" in text
 
 
+@query
 def wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
     """The wrap whose result `key` holds at `ctx`, or None."""
-    memo = ("wrapper_held", key, id(ctx))
-    if memo in model._memo:
-        return model._memo[memo]
     result = _wrapper_held(model, key, ctx)
-    model._memo[memo] = result
     return result
 
 

@@ -8,6 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.distributed import runs_distributed
+from ddpcheck.model.query import query
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.values import exclusive
@@ -17,13 +18,11 @@ from ddpcheck.rules.base import Hit, Rule, register
 TORCH_LOAD = ("torch.load", "torch.serialization.load")
 
 
+@query
 def uses_cuda(model: ScriptModel) -> bool:
     """The script puts anything on a GPU (`.cuda()`, `torch.cuda.*`, a
     "cuda"/"nccl" string, `device_ids=`). A CPU-only (gloo) job saves and
     loads CPU tensors: map_location changes nothing there."""
-    memo = ("uses_cuda",)
-    if memo in model._memo:
-        return model._memo[memo]
     result = False
     for c in model.calls:
         if c.attr == "cuda" or (c.qual or "").startswith("torch.cuda.") or c.has_keyword("device_ids"):
@@ -37,7 +36,6 @@ def uses_cuda(model: ScriptModel) -> bool:
                     break
         if result:
             break
-    model._memo[memo] = result
     return result
 
 

@@ -7,6 +7,7 @@ from typing import Iterator
 
 from ddpcheck.model.collectives import initialized_guarded, needs_process_group
 from ddpcheck.model.distributed import function_inits, init_calls, is_init_call
+from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.positions import where
 from ddpcheck.model.values import exclusive
@@ -21,28 +22,21 @@ class _Step:
     what: str            # for queries: the torch call that needs the group, and where
 
 
+@query(on_cycle=None)
 def _pre_init_query(model: ScriptModel, fn: FunctionInfo) -> str | None:
     """What `fn` calls that needs a process group before it starts one itself
     (None: nothing, or only behind `is_initialized()` checks)."""
-    memo = ("pre_init_query", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
-    model._memo[memo] = None
     result = None
     for step in _steps(model, fn):
         if step.kind != "query":
             break
         result = step.what
         break
-    model._memo[memo] = result
     return result
 
 
+@query(on_cycle=[])
 def _steps(model: ScriptModel, fn: FunctionInfo | None) -> list[_Step]:
-    memo = ("pg_steps", id(fn))
-    if memo in model._memo:
-        return model._memo[memo]
-    model._memo[memo] = []
     steps = []
     for c in model.calls_in(fn):
         if is_init_call(model, c):
@@ -68,7 +62,6 @@ def _steps(model: ScriptModel, fn: FunctionInfo | None) -> list[_Step]:
                 steps.append(_Step("init", c, ""))
         elif c in init_calls(model):
             steps.append(_Step("maybe-init", c, ""))
-    model._memo[memo] = steps
     return steps
 
 

@@ -9,6 +9,7 @@ import libcst as cst
 
 from ddpcheck.model.arguments import options
 from ddpcheck.model.evaluation import is_eval_loader
+from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import LoaderInfo, loaders
@@ -30,11 +31,9 @@ def _code(model: ScriptModel, node: cst.CSTNode) -> str:
     return model.module.code_for_node(node)
 
 
+@query
 def world_tokens(model: ScriptModel) -> set[str]:
     """Names that carry the world size: `eff_batch_size = args.batch_size * misc.get_world_size()`."""
-    memo = ("world_tokens",)
-    if memo in model._memo:
-        return model._memo[memo]
     tokens: set[str] = set()
     texts = [(a.key, _code(model, a.value)) for a in model.assigns
              if a.value is not None and not WORLD.search(a.key)]
@@ -46,7 +45,6 @@ def world_tokens(model: ScriptModel) -> set[str]:
                 grown = True
         if not grown:
             break
-    model._memo[memo] = tokens
     return tokens
 
 
@@ -56,12 +54,10 @@ def _world(model: ScriptModel, text: str, tokens: set[str]) -> bool:
     return any(re.search(r"(?<![\w.])" + re.escape(t) + r"(?![\w])", text) for t in tokens)
 
 
+@query
 def lr_scaled(model: ScriptModel, depth: int = 0) -> bool:
     """Some lr in the file (or a helper of the tree it calls) is computed with
     the world size, or a scaling helper is called."""
-    memo = ("lr_scaled",)
-    if memo in model._memo:
-        return model._memo[memo]
     tokens = world_tokens(model)
     result = False
     for a in model.assigns:
@@ -88,7 +84,6 @@ def lr_scaled(model: ScriptModel, depth: int = 0) -> bool:
                     break
             if result:
                 break
-    model._memo[memo] = result
     return result
 
 
