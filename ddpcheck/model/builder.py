@@ -19,7 +19,7 @@ import re
 import libcst as cst
 
 from ddpcheck.model.script import (
-    Assign, Branch, CallSite, Ctx, FunctionInfo, Loop, Reference, ScriptModel,
+    Assign, Branch, CallSite, Ctx, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
 )
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
 
@@ -175,6 +175,12 @@ class ScriptBuilder:
         fn = self.fn_stack[-1]
         if fn is not None and node.value is not None:
             fn.returns.append((node.value, self.ctx()))
+
+    def visit_Yield(self, node: cst.Yield) -> None:
+        fn = self.fn_stack[-1]
+        if fn is not None:
+            value = node.value.item if isinstance(node.value, cst.From) else node.value
+            fn.yields.append(YieldInfo(value, self.ctx(), isinstance(node.value, cst.From)))
 
     # -- branches --------------------------------------------------------------
     def visit_If_body(self, node: cst.If) -> None:

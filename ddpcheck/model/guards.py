@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpcheck.model.flow import arguments_for, assignments_anywhere, is_param, namespace_key
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.query import query
 from ddpcheck.model.worlds import (
@@ -90,8 +91,18 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
     if last is None:
         return UNKNOWN
     key = dotted_name(expr)
-    # A variable assigned in this file: judge what was assigned, where.
+    # A variable assigned in this file: judge what was assigned, where. A
+    # namespace attribute (`config.master_process = rank == 0` in setup())
+    # is judged wherever it is read.
     assigns = model.assignments(key, scope) if key else []
+    if key and not assigns and namespace_key(key):
+        assigns = list(assignments_anywhere(model, key))
+    if key and not assigns and "." not in key:
+        fn = is_param(scope, key)
+        if fn is not None:
+            param = _param_condition(model, fn, key)
+            if param is not None:
+                return param
     if assigns and all(a.value is not None and a.augmented is None for a in assigns):
         conds = []
         for a in assigns:
@@ -110,6 +121,24 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
     if last in DIST_FLAGS:
         return Condition.exactly(DISTRIBUTED)
     return UNKNOWN
+
+
+def _param_condition(model, fn, name: str) -> Condition | None:
+    """A parameter is the guard its callers pass (`log_fn(is_master)`): true
+    where some call passes a true value, certainly true only where every call
+    does. None when some caller cannot be seen."""
+    args = arguments_for(model, fn, name)
+    if not args:
+        return None
+    conds = [condition_of(model, a.expr, a.scope) for a in args]
+    if all(c == UNKNOWN for c in conds):
+        return None
+    must, may = ALL, NONE
+    for a, c in zip(args, conds):
+        where = model.worlds(a.call.ctx)
+        must &= c.must | (ALL - where)
+        may |= c.may & where
+    return Condition(must, may)
 
 
 def _call_condition(model, call: cst.Call, scope) -> Condition:
@@ -271,6 +300,33 @@ def _size_comparison(model, left, op_type, right, scope) -> Condition:
     return Condition(frozenset(must), frozenset(may))
 
 
+def worlds_from_call(model, ctx, fn, caller_model, call) -> frozenset[str]:
+    """The worlds reaching `ctx` (in `fn`, in `model`) when `fn` runs from
+    `call` (in `caller_model`): a branch testing one of `fn`'s parameters
+    (`def save(state, path, enabled): if enabled: ...`) is judged by what the
+    call passes for it, across modules too."""
+    from ddpcheck.model.flow import argument_expr
+
+    result = ALL
+    for b in ctx.branches:
+        cond = None
+        if b.function is fn and isinstance(b.test, (cst.Name, cst.UnaryOperation)):
+            name, negated = b.test, False
+            if isinstance(name, cst.UnaryOperation) and isinstance(name.operator, cst.Not):
+                name, negated = name.expression, True
+            if isinstance(name, cst.Name) and name.value in fn.params and \
+                    not [a for a in model.assignments(name.value, fn) if a.ctx.function is fn]:
+                bound, expr = argument_expr(call, fn, name.value)
+                if bound and expr is not None:
+                    cond = condition_of(caller_model, expr, call.ctx.function)
+                    if negated:
+                        cond = cond.negate()
+        if cond is None:
+            cond = condition_of(model, b.test, b.function)
+        result &= cond.true_branch if b.positive else cond.false_branch
+    return result
+
+
 def function_worlds(model, fn) -> frozenset[str]:
     """Worlds a function body runs in by its decorators alone (`@rank_zero_only`)."""
     extra = _extra_guards(model)
@@ -281,4 +337,4 @@ def function_worlds(model, fn) -> frozenset[str]:
     return ALL
 
 
-__all__ = ["condition_of", "is_rank_expr", "function_worlds", "SINGLE", "ALL"]
+__all__ = ["condition_of", "is_rank_expr", "function_worlds", "worlds_from_call", "SINGLE", "ALL"]

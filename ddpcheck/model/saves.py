@@ -24,18 +24,28 @@ STRIPS_MODULE_PREFIX = re.compile(r"['\"]module\.|removeprefix|consume_prefix_in
 STRIPS_COMPILE_PREFIX = re.compile(r"_orig_mod|removeprefix|consume_prefix_in_state_dict_if_present|unwrap")
 
 
+# `renamed(model, expr, scope)`: `expr` is a state dict whose keys were renamed
+# (wrappers.strips_prefix for DDP's `module.`)
+Renamed = Callable[[ScriptModel, cst.BaseExpression, "FunctionInfo | None"], bool]
+
+
 @query(on_cycle=False)
-def helper_saves(model: ScriptModel, fn: FunctionInfo, strips: re.Pattern, depth: int = 0) -> bool:
+def helper_saves(model: ScriptModel, fn: FunctionInfo, strips: re.Pattern, renamed: Renamed | None = None,
+                 depth: int = 0) -> bool:
     """A helper of the linted tree writes what it is given with torch.save,
-    itself or through a helper it calls, and does not rename keys (`strips`)."""
+    itself or through a helper it calls, and does not rename keys (`strips`
+    in its text, or a saved object that `renamed` recognises)."""
     result = False
     for c in model.calls_in(fn):
         if c.qual in TORCH_SAVE:
+            obj = c.arg("obj", 0)
+            if renamed is not None and obj is not None and renamed(model, obj, fn):
+                continue
             result = True
             break
         if depth < 2:
             target = model.resolve_call(c)
-            if target is not None and helper_saves(target[0], target[1], strips, depth + 1):
+            if target is not None and helper_saves(target[0], target[1], strips, renamed, depth + 1):
                 result = True
                 break
     if result and strips.search(model.module.code_for_node(fn.node)):
@@ -43,22 +53,27 @@ def helper_saves(model: ScriptModel, fn: FunctionInfo, strips: re.Pattern, depth
     return result
 
 
-def is_save_sink(model: ScriptModel, site: CallSite, strips: re.Pattern = STRIPS_MODULE_PREFIX) -> bool:
+def is_save_sink(model: ScriptModel, site: CallSite, strips: re.Pattern = STRIPS_MODULE_PREFIX,
+                 renamed: Renamed | None = None) -> bool:
     """torch.save, or a helper that passes what it gets to torch.save."""
     if site.qual in TORCH_SAVE:
         return True
     target = model.resolve_call(site)
     if target is not None:
-        return helper_saves(target[0], target[1], strips)
+        return helper_saves(target[0], target[1], strips, renamed)
     attr = site.attr or ""
     return bool(SAVE_HELPER.match(attr)) and not (site.qual or "").startswith(("numpy.", "np.", "json.", "pickle."))
 
 
+ToldApart = Callable[[ScriptModel, cst.IfExp], bool]
+
+
 class _Collector:
-    def __init__(self, model: ScriptModel, sink: CallSite, told_apart: Callable[[cst.IfExp], bool]) -> None:
+    def __init__(self, model: ScriptModel, sink: CallSite, told_apart: ToldApart, renamed: Renamed | None) -> None:
         self.model = model
         self.sink = sink
         self.told_apart = told_apart
+        self.renamed = renamed
         self.found: list[CallSite] = []
         self.seen: set[int] = set()
 
@@ -66,7 +81,10 @@ class _Collector:
         if depth > 4 or id(node) in self.seen:
             return
         self.seen.add(id(node))
-        if isinstance(node, cst.IfExp) and self.told_apart(node):
+        if self.renamed is not None and isinstance(node, (cst.DictComp, cst.Call, cst.Name, cst.Attribute)) and \
+                self.renamed(self.model, node, scope):
+            return   # `{k[7:]: v for k, v in model.state_dict().items()}`: the keys are renamed
+        if isinstance(node, cst.IfExp) and self.told_apart(self.model, node):
             return
         if isinstance(node, cst.Call):
             site = self.model.site_of.get(id(node))
@@ -94,12 +112,13 @@ class _Collector:
             self.expr(a.value, scope, depth + 1)
 
 
-def saved_state_dicts(model: ScriptModel, sink: CallSite,
-                      told_apart: Callable[[cst.IfExp], bool]) -> list[CallSite]:
+def saved_state_dicts(model: ScriptModel, sink: CallSite, told_apart: ToldApart,
+                      renamed: Renamed | None = None) -> list[CallSite]:
     """The `x.state_dict()` calls whose result the save `sink` writes.
-    `told_apart(ifexp)`: a conditional expression that picks the right object
-    itself (`m.module.state_dict() if ddp else m.state_dict()`) is not followed."""
-    collector = _Collector(model, sink, told_apart)
+    `told_apart(model, ifexp)`: a conditional expression that picks the right
+    object itself (`m.module.state_dict() if ddp else m.state_dict()`) is not
+    followed; `renamed`: nor is a state dict whose keys were renamed."""
+    collector = _Collector(model, sink, told_apart, renamed)
     for a in sink.node.args:
         collector.expr(a.value, sink.ctx.function)
     return collector.found

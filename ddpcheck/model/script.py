@@ -123,6 +123,13 @@ class Loop:
 
 
 @dataclass(eq=False)
+class YieldInfo:
+    value: cst.BaseExpression | None = field(repr=False)
+    ctx: Ctx
+    delegates: bool = False   # `yield from value`
+
+
+@dataclass(eq=False)
 class FunctionInfo:
     name: str
     node: cst.FunctionDef = field(repr=False)
@@ -131,6 +138,8 @@ class FunctionInfo:
     params: tuple[str, ...]
     decorators: tuple[str, ...]    # qualified dotted names of decorators
     returns: list[tuple[cst.BaseExpression, Ctx]] = field(default_factory=list)
+    # `yield x` / `yield from x` in its own body (not a nested def): a generator
+    yields: list["YieldInfo"] = field(default_factory=list)
 
     @property
     def qualname(self) -> str:

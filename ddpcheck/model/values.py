@@ -142,22 +142,25 @@ class SamplerInfo:
 
     @property
     def shuffle(self) -> bool | None:
-        """True (the default), False, or None when it is computed at run time."""
-        arg = self.site.arg("shuffle", 3)
-        if arg is None:
-            return True
-        if isinstance(arg, cst.Name) and arg.value in ("True", "False"):
-            return arg.value == "True"
-        return None
+        """True (the default), False, or None when it is computed at run time.
+        Followed through names and parameters: `data_sampler(ds, shuffle=True,
+        ...)` whose body makes `DistributedSampler(ds, shuffle=shuffle)`."""
+        return self._flag("shuffle", 3, True)
 
     @property
     def drop_last(self) -> bool | None:
-        arg = self.site.arg("drop_last", 5)
+        return self._flag("drop_last", 5, False)
+
+    def _flag(self, keyword: str, position: int, default: bool) -> bool | None:
+        from ddpcheck.model.flow import constant_of
+
+        if self.site.has_star_args:
+            return None
+        arg = self.site.arg(keyword, position)
         if arg is None:
-            return False
-        if isinstance(arg, cst.Name) and arg.value in ("True", "False"):
-            return arg.value == "True"
-        return None
+            return default
+        value = constant_of(self.model, arg, self.site.ctx.function)
+        return value if isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)
@@ -192,10 +195,20 @@ class LoaderInfo:
 
 
 def distributed_samplers(model: ScriptModel, expr, scope) -> list[SamplerInfo]:
+    """The DistributedSamplers `expr` may hold (model/flow.py: through names,
+    parameters, returns, either-or helpers)."""
+    from ddpcheck.model.flow import value_at
+
     found = []
+    seen = set()
     for m, site in origins(model, expr, scope):
-        if is_api_call(m, site, "DistributedSampler"):
+        if is_api_call(m, site, "DistributedSampler") and id(site) not in seen:
+            seen.add(id(site))
             found.append(SamplerInfo(m, site, key_of(m, site)))
+    for atom in value_at(model, expr, scope).made_by("DistributedSampler"):
+        if id(atom.site) not in seen:
+            seen.add(id(atom.site))
+            found.append(SamplerInfo(atom.model, atom.site, key_of(atom.model, atom.site)))
     return found
 
 
@@ -247,6 +260,40 @@ def returned_loaders(model: ScriptModel) -> list[LoaderInfo]:
                                              inner.batch_sampler_sizes, holder=a.ctx.function, held=True))
                     break
     return result
+
+
+def held_loaders(model: ScriptModel) -> list[LoaderInfo]:
+    """Loaders built elsewhere (another function of the file, a helper module)
+    that a name of this file holds, followed through the value flow:
+    `loader, sampler = build_loader(args)` with the DataLoader made in data.py.
+    `key` is the name here, `holder` the function it is held in."""
+    return list(_held_loaders(model))
+
+
+@query(on_cycle=())
+def _held_loaders(model: ScriptModel) -> tuple[LoaderInfo, ...]:
+    from ddpcheck.model.flow import element_of, value_of
+
+    result: list[LoaderInfo] = []
+    seen: set[int] = set()
+    for a in model.assigns:
+        value = a.value if a.value is not None else (a.unpacked[0] if a.unpacked else None)
+        if not isinstance(value, cst.Call) or a.augmented is not None:
+            continue
+        site = call_site(model, value)
+        if site is None or is_api_call(model, site, "DataLoader") or model.resolve_call(site) is None:
+            continue
+        held = value_of(model, a.value, a.ctx.function) if a.value is not None else \
+            element_of(model, a.unpacked[0], a.unpacked[1], a.ctx.function)
+        for atom in held.made_by("DataLoader"):
+            if id(atom.site) in seen or (atom.model is model and atom.site.ctx.function is a.ctx.function):
+                continue
+            inner = next((l for l in loaders(atom.model) if l.site is atom.site), None)
+            if inner is not None:
+                seen.add(id(atom.site))
+                result.append(LoaderInfo(atom.model, atom.site, a.key, inner.samplers, inner.batch_sampler_keys,
+                                         inner.batch_sampler_sizes, holder=a.ctx.function, held=True))
+    return tuple(result)
 
 
 def _unpack_or_value(model: ScriptModel, a) -> Iterator[tuple[ScriptModel, CallSite]]:
@@ -316,6 +363,6 @@ def exclusive(a, b) -> bool:
 
 
 __all__ = [
-    "call_arg", "loaders", "wraps", "origins", "distributed_samplers", "iterated_keys",
+    "call_arg", "loaders", "held_loaders", "wraps", "origins", "distributed_samplers", "iterated_keys",
     "is_api_call", "exclusive", "key_of", "call_site", "EVAL_NAME",
 ]

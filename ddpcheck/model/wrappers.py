@@ -11,8 +11,12 @@ from __future__ import annotations
 
 import re
 
+import libcst as cst
+
+from ddpcheck.model.flow import arguments_for, constant_of
+from ddpcheck.model.names import dotted_name
 from ddpcheck.model.query import query
-from ddpcheck.model.script import Assign, Ctx, ScriptModel
+from ddpcheck.model.script import Assign, CallSite, Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import WrapInfo, _direct_values, exclusive, wraps
 
 # A test that tells the wrapper apart from the model it wraps:
@@ -87,4 +91,139 @@ def _opposite_arms(model: ScriptModel, a: Ctx, b: Ctx) -> bool:
     return any(arms.get(model.module.code_for_node(br.test), br.positive) != br.positive for br in b.branches)
 
 
-__all__ = ["wrapper_held", "reaching_assignments", "UNWRAP_TEST"]
+
+
+# -- through parameters ------------------------------------------------------------
+
+@query(on_cycle=None)
+def wrapper_passed(model: ScriptModel, fn: FunctionInfo, param: str) -> tuple[WrapInfo, CallSite] | None:
+    """A call in the file hands the wrapper to `fn` as `param`
+    (`save_checkpoint(model, path)` right after `model = DDP(model)`): the
+    wrap and the call. Followed up through callers that pass their own
+    parameter on. None when no caller visibly passes the wrapper."""
+    for arg in arguments_for(model, fn, param) or ():
+        if arg.expr is None or arg.model is not model:
+            continue
+        found = wrapper_in(model, arg.expr, arg.call.ctx)
+        if found is not None:
+            return found[0], arg.call
+    return None
+
+
+def wrapper_in(model: ScriptModel, expr: cst.BaseExpression, ctx: Ctx) -> tuple[WrapInfo, CallSite | None] | None:
+    """The wrapper `expr` holds at `ctx`: a name holding it there, or a
+    parameter some caller passes it to. (wrap, the call that passed it)."""
+    key = dotted_name(expr)
+    if key is None:
+        return None
+    held = wrapper_held(model, key, ctx)
+    if held is not None:
+        return held, None
+    fn = ctx.function
+    if "." not in key and fn is not None and key in fn.params and \
+            not [a for a in model.assignments(key, fn) if a.ctx.function is fn]:
+        return wrapper_passed(model, fn, key)
+    return None
+
+
+# -- renaming the keys -------------------------------------------------------------
+
+PREFIX = "module."
+_STRIP_METHODS = {"replace", "removeprefix", "lstrip", "split", "partition"}
+_STRIP_FUNCTIONS = {"consume_prefix_in_state_dict_if_present", "remove_prefix", "strip_prefix",
+                    "remove_module_prefix", "strip_module_prefix", "unwrap_state_dict"}
+
+
+def _is_prefix(model: ScriptModel, expr: cst.BaseExpression | None, scope) -> bool:
+    if expr is None:
+        return False
+    value = constant_of(model, expr, scope)
+    return isinstance(value, str) and value in (PREFIX, "module", "^module\\.", "module\\.", r"^module.")
+
+
+def _len_of_prefix(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool:
+    """`7` or `len("module.")` (or `len(prefix)` with `prefix = "module."`)."""
+    if constant_of(model, expr, scope) == len(PREFIX):
+        return True
+    return (isinstance(expr, cst.Call) and dotted_name(expr.func) == "len" and len(expr.args) == 1
+            and _is_prefix(model, expr.args[0].value, scope))
+
+
+def renames_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
+    """A key expression that drops DDP's `module.` prefix: `k[7:]`,
+    `k[len("module."):]`, `k.replace("module.", "")`, `k.removeprefix("module.")`,
+    `k.split("module.")[-1]`, `re.sub(r"^module\\.", "", k)`, or a conditional
+    one of these (`k[7:] if k.startswith("module.") else k`)."""
+    if isinstance(key, cst.IfExp):
+        return renames_key(model, key.body, scope) or renames_key(model, key.orelse, scope)
+    if isinstance(key, cst.Subscript) and len(key.slice) == 1:
+        sl = key.slice[0].slice
+        if isinstance(sl, cst.Slice) and sl.lower is not None and _len_of_prefix(model, sl.lower, scope):
+            return True
+        return renames_key(model, key.value, scope)   # `k.split("module.")[-1]`
+    if isinstance(key, cst.Call):
+        func = key.func
+        if isinstance(func, cst.Attribute) and func.attr.value in _STRIP_METHODS and key.args:
+            return _is_prefix(model, key.args[0].value, scope)
+        name = dotted_name(func) or ""
+        if name.rpartition(".")[2] == "sub" and key.args:
+            return _is_prefix(model, key.args[0].value, scope)
+        if name.rpartition(".")[2] in _STRIP_FUNCTIONS:
+            return True
+    if isinstance(key, cst.Name):
+        # `name = k[7:]` ... `{name: v}`: the key was renamed on its own line
+        return any(a.value is not None and renames_key(model, a.value, a.ctx.function)
+                   for a in model.assignments(key.value, scope))
+    return False
+
+
+def strips_prefix(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool:
+    """`expr` is a state dict whose keys lost the `module.` prefix: a dict
+    comprehension renaming its keys, a helper that strips it, or a name
+    holding one (or handed to torch's `consume_prefix_in_state_dict_if_present`)."""
+    if isinstance(expr, cst.DictComp):
+        return renames_key(model, expr.key, scope)
+    if isinstance(expr, cst.Call):
+        name = (dotted_name(expr.func) or "").rpartition(".")[2]
+        if name in _STRIP_FUNCTIONS:
+            return True
+        if name in ("OrderedDict", "dict") and expr.args and isinstance(expr.args[0].value, (cst.GeneratorExp, cst.ListComp)):
+            elt = expr.args[0].value.elt
+            return isinstance(elt, cst.Tuple) and bool(elt.elements) and renames_key(model, elt.elements[0].value, scope)
+        return False
+    key = dotted_name(expr)
+    if key is None:
+        return False
+    if any(c.attr in _STRIP_FUNCTIONS and c.node.args and dotted_name(c.node.args[0].value) == key
+           for c in model.calls_in(scope)):
+        return True
+    if _filled_renamed(model, key, scope):
+        return True
+    assigns = [a for a in model.assignments(key, scope) if a.value is not None and a.augmented is None]
+    return bool(assigns) and all(strips_prefix(model, a.value, a.ctx.function) for a in assigns)
+
+
+def _filled_renamed(model: ScriptModel, key: str, scope) -> bool:
+    """`for k, v in sd.items(): new_sd[k[7:]] = v`: a dict filled key by key
+    under renamed keys."""
+    for loop in model.loops:
+        if loop.ctx.function is not scope or not loop.is_for:
+            continue
+        body = loop.node.body
+        stmts = body.body if isinstance(body, cst.IndentedBlock) else ()
+        for stmt in stmts:
+            smalls = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ()
+            for small in smalls:
+                if not isinstance(small, cst.Assign):
+                    continue
+                for t in small.targets:
+                    target = t.target
+                    if isinstance(target, cst.Subscript) and dotted_name(target.value) == key and \
+                            len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) and \
+                            renames_key(model, target.slice[0].slice.value, scope):
+                        return True
+    return False
+
+
+__all__ = ["wrapper_held", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
+           "reaching_assignments", "UNWRAP_TEST"]

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.model.epochs import epoch_loops, instance_epoch_loops
-from ddpcheck.model.script import ScriptModel
+import libcst as cst
+
+from ddpcheck.model.flow import Made, Pass, Value, every_pass, value_at
+from ddpcheck.model.script import CallSite, Loop, ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import loaders, returned_loaders
+from ddpcheck.model.values import LoaderInfo, SamplerInfo, loaders
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
+
+_SAMPLER_ATTRS = ("sampler", "batch_sampler")
 
 
 @register
@@ -24,51 +28,143 @@ class MissingSetEpoch(Rule):
     fix = "call `sampler.set_epoch(epoch)` at the start of each epoch, before iterating the loader"
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
-        all_loaders = loaders(model) + returned_loaders(model)
-        known = {l.key for l in all_loaders if l.key} | {s.key for l in all_loaders for s in l.samplers if s.key}
-        for loader in all_loaders:
-            shuffling = [s for s in loader.samplers if s.shuffle is True]
-            if not shuffling or loader.key is None or loader.looks_like_eval():
+        reported: set[int] = set()
+        for _fn, p in every_pass(model):
+            if p.epoch is None:
                 continue
-            accepted = {loader.key + suffix for suffix in (".sampler", ".batch_sampler", ".batch_sampler.sampler")}
-            for s in shuffling:
-                if s.key:
-                    accepted |= {s.key}
-            for k in loader.batch_sampler_keys:
-                accepted |= {k, k + ".sampler"}
-            reported = set()
-            found = [(e, loader.key) for e in epoch_loops(model, loader.key, loader.scope)]
-            found += list(instance_epoch_loops(model, loader.key, loader.scope))
-            for epoch, held_as in found:
-                if held_as != loader.key:   # kept on an instance: `self.train_data.sampler.set_epoch(e)`
-                    accepted = accepted | {held_as + s for s in (".sampler", ".batch_sampler", ".batch_sampler.sampler")}
-                if id(epoch.loop) in reported or _sets_epoch(model, epoch.loop, accepted, known):
+            for atom in p.consumed.made_by("DataLoader"):
+                loader = _loader_info(atom)
+                if loader is None:
                     continue
-                reported.add(id(epoch.loop))
-                # name the sampler the way this loop can reach it
-                sampler = (f"{held_as}.sampler" if held_as != loader.key
-                           else next((s.key for s in shuffling if s.key), f"{loader.key}.sampler"))
+                shuffling = [s for s in loader.samplers if s.shuffle is True]
+                if not shuffling or loader.looks_like_eval() or _eval_name(model, p, atom):
+                    continue
+                node = p.epoch.node if p.epoch_model is model else _call_leaving(model, p)
+                if node is None or id(node) in reported:
+                    continue
+                if _sets_epoch(p.epoch_model, p.epoch, atom, shuffling):
+                    continue
+                reported.add(id(node))
+                held = _held_as(model, p, atom) or loader.key or "the loader"
+                sampler = next((s.key for s in shuffling if s.key and s.model is model
+                                and p.epoch_model is model and _visible(model, s, p.epoch)), f"{held}.sampler")
+                if p.epoch_model is model:
+                    what = f"`{held}` draws from a shuffling DistributedSampler but this epoch loop never calls"
+                else:
+                    callee = p.epoch.ctx.function.name + "()" if p.epoch.ctx.function is not None else "code"
+                    what = (f"`{held}` draws from a shuffling DistributedSampler and is handed to {callee} "
+                            f"({_file_name(p.epoch_model)}), whose epoch loop never calls")
                 yield Hit(
-                    epoch.loop.node,
+                    node,
                     message=(
-                        f"`{held_as}` draws from a shuffling DistributedSampler but this epoch loop never "
-                        f"calls `{sampler}.set_epoch(...)`: the sampler seeds its shuffle with the epoch, so "
+                        f"{what} `{sampler}.set_epoch(...)`: the sampler seeds its shuffle with the epoch, so "
                         "every epoch replays the epoch-0 order on every rank"
                     ),
-                    fix=f"call `{sampler}.set_epoch(epoch)` at the top of this loop, before iterating `{held_as}`",
+                    fix=f"call `{sampler}.set_epoch(epoch)` at the top of the epoch loop, before iterating `{held}`",
                 )
 
 
-def _sets_epoch(model: ScriptModel, loop, accepted: set[str], known: set[str]) -> bool:
+def _file_name(model: ScriptModel) -> str:
+    return model.path.replace("\\", "/").rpartition("/")[2]
+
+
+def _call_leaving(model: ScriptModel, p: Pass) -> cst.CSTNode | None:
+    """For an epoch loop in another module: the call of this file that
+    lands in that module (reported there, once)."""
+    if not p.via:
+        return None
+    target = model.resolve_call(p.via[0])
+    return p.via[0].node if target is not None and target[0] is not model else None
+
+
+def _loader_info(atom: Made) -> LoaderInfo | None:
+    return next((l for l in loaders(atom.model) if l.site is atom.site), None)
+
+
+def _eval_name(model: ScriptModel, p: Pass, atom: Made) -> bool:
+    """The loop iterates something named like an evaluation loader (`val_loader`
+    handed to `evaluate(model, loader)`)."""
+    from ddpcheck.model.values import EVAL_NAME
+
+    name = _held_as(model, p, atom)
+    return bool(name and EVAL_NAME.search(name))
+
+
+def _held_as(model: ScriptModel, p: Pass, atom: Made) -> str | None:
+    """The name the loader has at the epoch loop: the argument of the call
+    under the epoch loop that leads to the pass, or what the loop itself
+    iterates."""
+    for call in p.via:
+        if p.epoch_model is model and p.epoch not in call.ctx.loops:
+            continue
+        for a in call.node.args:
+            name = _holding_name(model, a.value, call.ctx.function, call.stmt, atom)
+            if name:
+                return name
+        break
+    if p.loop_model is model:
+        return _holding_name(model, p.loop.iter, p.loop.ctx.function, p.loop.node, atom)
+    return None
+
+
+def _holding_name(model: ScriptModel, expr: cst.BaseExpression, scope, stmt, atom: Made, depth: int = 0) -> str | None:
+    """A name inside `expr` (`zip(a, cycle(b))`) that holds `atom`."""
+    if depth > 3:
+        return None
+    name = dotted_name(expr)
+    if name:
+        return name if atom in value_at(model, expr, scope, stmt).atoms else None
+    if isinstance(expr, cst.Call):
+        for a in expr.args:
+            found = _holding_name(model, a.value, scope, stmt, atom, depth + 1)
+            if found:
+                return found
+    return None
+
+
+def _visible(model: ScriptModel, sampler: SamplerInfo, loop: Loop) -> bool:
+    return sampler.site.ctx.function is loop.ctx.function
+
+
+def _sets_epoch(model: ScriptModel, loop: Loop, loader: Made, samplers: list[SamplerInfo]) -> bool:
+    """A `set_epoch` call inside `loop` (or a helper it calls) on this loader's
+    sampler, or on something we cannot tell apart from it."""
     inside = model.calls_inside(loop)
     for m, call in [(model, c) for c in inside] + [(m, c) for m, fn, _ in model.callees(inside) for c in m.calls_in(fn)]:
-        if call.attr != "set_epoch":
+        if call.attr != "set_epoch" or call.receiver is None:
             continue
-        receiver = dotted_name(call.receiver) if call.receiver is not None else None
-        if m is not model or receiver is None or receiver in accepted:
-            return True
-        base = receiver.split(".")[0] if not receiver.startswith("self.") else receiver
-        # a set_epoch on something we cannot tell apart (a parameter, `self.x`) counts
-        if receiver not in known and base not in known:
+        if _may_be(m, call, call.receiver, loader, samplers):
             return True
     return False
+
+
+def _may_be(model: ScriptModel, call: CallSite, receiver: cst.BaseExpression, loader: Made,
+            samplers: list[SamplerInfo]) -> bool:
+    """`receiver` may be the sampler: it holds the sampler (or a BatchSampler
+    over it), it is `<the loader>.sampler` / `.batch_sampler.sampler`, or its
+    value is not known."""
+    expr = receiver
+    through_loader = False
+    while isinstance(expr, cst.Attribute) and expr.attr.value in _SAMPLER_ATTRS:
+        expr = expr.value
+        through_loader = True
+    value = value_at(model, expr, call.ctx.function, call.stmt)
+    if not value.known:
+        return True
+    sampler_sites = {id(s.site) for s in samplers}
+    for atom in value.made:
+        if atom == loader or id(atom.site) in sampler_sites:
+            return True
+        if atom.is_api("BatchSampler") and _holds_sampler(atom, sampler_sites):
+            return True
+        if through_loader and not atom.is_api("DataLoader"):
+            return True   # `.sampler` of something that is not a torch DataLoader: cannot tell
+        if not through_loader and not atom.is_api("DataLoader", "DistributedSampler", "BatchSampler"):
+            return True   # a custom sampler class we cannot see into
+    return False
+
+
+def _holds_sampler(batch_sampler: Made, sampler_sites: set[int]) -> bool:
+    arg = batch_sampler.site.arg("sampler", 0)
+    v: Value = value_at(batch_sampler.model, arg, batch_sampler.site.ctx.function)
+    return not v.known or any(id(a.site) in sampler_sites for a in v.made)

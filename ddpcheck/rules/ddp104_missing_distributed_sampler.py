@@ -9,6 +9,7 @@ import libcst as cst
 
 from ddpcheck.model.epochs import epoch_loops
 from ddpcheck.model.evaluation import TRAIN_NAME, is_eval_loader
+from ddpcheck.model.flow import consumed_per_epoch
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import LoaderInfo, exclusive, is_api_call, loaders, wraps
@@ -123,7 +124,8 @@ class MissingDistributedSampler(Rule):
             if is_eval_loader(model, loader):
                 continue
             scope = site.ctx.function
-            trains = bool(TRAIN_NAME.search(loader.key)) or any(epoch_loops(model, loader.key, scope))
+            trains = bool(TRAIN_NAME.search(loader.key)) or any(epoch_loops(model, loader.key, scope)) or \
+                consumed_per_epoch(model, site)
             if not trains:
                 continue
             kinds = {_kind(model, site.arg("sampler", 3), scope, site.ctx),

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Iterator
 
 from ddpcheck.model.distributed import runs_distributed
-from ddpcheck.model.guards import function_worlds
+from ddpcheck.model.guards import function_worlds, worlds_from_call
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.reach import other_ranks_reach, unguarded_caller
@@ -56,12 +57,15 @@ def per_rank_target(model: ScriptModel, site: CallSite, kind: str) -> bool:
     return any(PER_RANK.search(t) for t in texts)
 
 
-def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> CallSite | None:
-    """A write a function performs whatever rank calls it (no guard inside)."""
+def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0,
+                         caller: tuple[ScriptModel, CallSite] | None = None) -> CallSite | None:
+    """A write a function performs whatever rank calls it (no guard inside).
+    With `caller`, a guard on one of its parameters is judged by what that call passes."""
     if DN not in function_worlds(model, fn):
         return None
     for c in model.calls_in(fn):
-        if DN not in model.worlds(c.ctx):
+        worlds = worlds_from_call(model, c.ctx, fn, *caller) if caller is not None else model.worlds(c.ctx)
+        if DN not in worlds:
             continue
         kind = checkpoint_write(c)
         if kind and not per_rank_target(model, c, kind):
@@ -101,9 +105,9 @@ class UnguardedSave(Rule):
             target = model.resolve_call(site)
             if target is None or target[0] is model:
                 continue   # same-file helpers are reported at their own write
-            inner = writes_on_every_rank(*target)
+            inner = writes_on_every_rank(*target, caller=(model, site))
             if inner is not None and other_ranks_reach(model, site.ctx):
                 yield Hit(site.node, message=(
-                    f"`{site.func}(...)` ({target[0].path}) writes with `{inner.func}(...)` without a rank guard, "
+                    f"`{site.func}(...)` ({os.path.basename(target[0].path)}) writes with `{inner.func}(...)` without a rank guard, "
                     f"and this call runs on every rank: {_WHY.get(checkpoint_write(inner) or 'save')}"
                 ))

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.model.saves import is_save_sink, saved_state_dicts
-from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
-from ddpcheck.model.wrappers import UNWRAP_TEST, wrapper_held
+from ddpcheck.model.flow import argument_expr
+from ddpcheck.model.saves import STRIPS_MODULE_PREFIX, is_save_sink, saved_state_dicts
+from ddpcheck.model.wrappers import UNWRAP_TEST, strips_prefix, wrapper_held, wrapper_in
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
-
 
 def _told_apart(model: ScriptModel, node: cst.IfExp) -> bool:
     """`m.module.state_dict() if args.distributed else m.state_dict()`: the author tells them apart."""
     arms = model.module.code_for_node(node.body) + model.module.code_for_node(node.orelse)
     return bool(UNWRAP_TEST.search(model.module.code_for_node(node.test))) or ".module" in arms
+
+
+def _is_sink(model: ScriptModel, site: CallSite) -> bool:
+    return is_save_sink(model, site, STRIPS_MODULE_PREFIX, strips_prefix)
+
+
+def _saved(model: ScriptModel, sink: CallSite) -> list[CallSite]:
+    return saved_state_dicts(model, sink, _told_apart, strips_prefix)
 
 
 @register
@@ -31,31 +40,76 @@ class WrappedStateDict(Rule):
     fix = "save `model.module.state_dict()` (keep `model_without_ddp = model.module` after wrapping)"
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
-        wrapped = {w.key for w in wraps(model) if w.key}
-        if not any(c.attr == "state_dict" and c.receiver is not None and dotted_name(c.receiver) in wrapped
-                   for c in model.calls):
+        if not wraps(model):
             return
         reported: set[int] = set()
         for sink in model.calls:
-            if not is_save_sink(model, sink):
+            if not _is_sink(model, sink):
                 continue
-            found = saved_state_dicts(model, sink, lambda node: _told_apart(model, node))
-            for sd in found:
+            for sd in _saved(model, sink):
                 if id(sd.node) in reported:
                     continue
                 key = dotted_name(sd.receiver)
                 if key is None or any(UNWRAP_TEST.search(model.module.code_for_node(b.test)) for b in sd.ctx.branches):
                     continue
-                w = wrapper_held(model, key, sd.ctx)
-                if w is None:
+                found = wrapper_in(model, sd.receiver, sd.ctx)
+                if found is None:
                     continue
+                w, via = found
                 reported.add(id(sd.node))
-                kinds = {x.kind for x in wraps(model) if x.key == key}
-                kind = "DistributedDataParallel or DataParallel" if len(kinds) > 1 else w.kind
-                yield Hit(sd.node, message=(
-                    f"`{key}.state_dict()` is saved while `{key}` holds the {kind} wrapper: every key is "
-                    f"prefixed with `module.` (`module.conv1.weight`), so the checkpoint does not load into an "
-                    "unwrapped model (single-GPU evaluation, export, fine-tuning) without renaming its keys, "
-                    "and loading it back needs the same wrapper"
-                ), fix=(f"save `{key}.module.state_dict()`, or keep `{key}_without_ddp = {key}.module` right after "
-                        "wrapping and save (and load) through it, as torchvision's references do"))
+                yield self._hit(model, sd.node, key, w, via)
+            yield from self._through_helper(model, sink, reported)
+
+    def _through_helper(self, model: ScriptModel, sink: CallSite, reported: set[int]) -> Iterator[Hit]:
+        """`save_checkpoint(model, path)` into a helper module whose body saves
+        `model.state_dict()`: the wrapper crosses the module as an argument."""
+        target = model.resolve_call(sink)
+        if target is None or target[0] is model:
+            return
+        tmodel, fn = target
+        for param in saved_params(tmodel, fn):
+            bound, expr = argument_expr(sink, fn, param)
+            if not bound or expr is None or id(expr) in reported:
+                continue
+            found = wrapper_in(model, expr, sink.ctx)
+            if found is None:
+                continue
+            reported.add(id(expr))
+            yield self._hit(model, expr, dotted_name(expr) or "model", found[0], found[1],
+                            helper=f"{fn.name}() ({os.path.basename(tmodel.path)})")
+
+    def _hit(self, model: ScriptModel, node: cst.CSTNode, key: str, w, via: CallSite | None,
+             helper: str | None = None) -> Hit:
+        kinds = {x.kind for x in wraps(model) if x.key == w.key}
+        kind = "DistributedDataParallel or DataParallel" if len(kinds) > 1 else w.kind
+        shown = w.key or key
+        if helper is not None:
+            what = f"`{key}` is handed to {helper}, which saves `.state_dict()` of it, while it holds the {kind} wrapper"
+        elif via is not None:
+            caller = via.ctx.function.name + "()" if via.ctx.function is not None else "module-level code"
+            what = (f"`{key}.state_dict()` is saved and `{key}` is the {kind} wrapper that "
+                    f"`{via.func or 'a call'}(...)` in {caller} passes in")
+        else:
+            what = f"`{key}.state_dict()` is saved while `{key}` holds the {kind} wrapper"
+        return Hit(node, message=(
+            f"{what}: every key is prefixed with `module.` (`module.conv1.weight`), so the checkpoint does not "
+            "load into an unwrapped model (single-GPU evaluation, export, fine-tuning) without renaming its keys, "
+            "and loading it back needs the same wrapper"
+        ), fix=(f"save `{shown}.module.state_dict()`, or keep `{shown}_without_ddp = {shown}.module` right after "
+                "wrapping and save (and load) through it, as torchvision's references do"))
+
+
+def saved_params(model: ScriptModel, fn: FunctionInfo) -> list[str]:
+    """The parameters of `fn` whose `.state_dict()` it saves, unrenamed
+    (`def save_checkpoint(model, path): torch.save({"model": model.state_dict()}, path)`)."""
+    found = []
+    for sink in model.calls_in(fn):
+        if not _is_sink(model, sink):
+            continue
+        for sd in _saved(model, sink):
+            key = dotted_name(sd.receiver)
+            if key in fn.params and key not in found and \
+                    not any(UNWRAP_TEST.search(model.module.code_for_node(b.test)) for b in sd.ctx.branches) and \
+                    not [a for a in model.assignments(key, fn) if a.ctx.function is fn]:
+                found.append(key)
+    return found

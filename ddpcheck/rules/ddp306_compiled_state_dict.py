@@ -41,7 +41,7 @@ class CompiledStateDict(Rule):
         for sink in model.calls:
             if not is_save_sink(model, sink, STRIPS_COMPILE_PREFIX):
                 continue
-            for sd in saved_state_dicts(model, sink, lambda node: _told_apart(model, node)):
+            for sd in saved_state_dicts(model, sink, _told_apart):
                 key = dotted_name(sd.receiver)
                 if key is None or id(sd.node) in reported:
                     continue

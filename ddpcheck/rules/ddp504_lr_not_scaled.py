@@ -12,7 +12,7 @@ from ddpcheck.model.evaluation import is_eval_loader
 from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import LoaderInfo, loaders
+from ddpcheck.model.values import LoaderInfo, held_loaders, loaders
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
@@ -163,12 +163,14 @@ class LrNotScaled(Rule):
         optimizers = list(_optimizers(model))
         if not optimizers:
             return
-        train = [l for l in loaders(model) if l.samplers and l.batch_size is not None
+        # loaders built here, and loaders built by a helper (in the file or a helper module) that a
+        # name here holds: `loader, sampler = build_loader(args)`
+        train = [l for l in loaders(model) + held_loaders(model) if l.samplers and l.batch_size is not None
                  and not is_eval_loader(model, l)]
-        if not train or any(_divided(model, l.batch_size, l) for l in train):
+        if not train or any(_divided(l.model, l.batch_size, l) for l in train):
             return
         # the per-rank batch must visibly come from config (a parameter may have been divided by the caller)
-        plain = [l for l in train if _plain(model, l.batch_size, l.site.ctx.function)]
+        plain = [l for l in train if _plain(l.model, l.batch_size, l.site.ctx.function)]
         if not plain:
             return
         loader = plain[0]
@@ -182,7 +184,7 @@ class LrNotScaled(Rule):
             if _documented(model, lr):
                 return
             lr_text = _code(model, lr)
-            batch = _code(model, loader.batch_size)
+            batch = _code(loader.model, loader.batch_size)
             yield Hit(lr, message=(
                 f"`{lr_text}` is used unchanged although each rank loads `{batch}` samples per step from "
                 f"`{loader.key or 'the DistributedSampler loader'}`: the effective batch is {batch} x world size "
