@@ -13,8 +13,11 @@ traced to a global source stays unknown.
           `utils.get_rank()`), and names assigned only from such values.
   LOCAL   `LOCAL_RANK`, `SLURM_LOCALID`, `x % torch.cuda.device_count()`,
           `x % ngpus_per_node` (any remainder: it is folded onto the node).
-  UNKNOWN everything else: parameters (until their callers are followed),
-          loop indices, attributes set where the linter cannot see.
+  UNKNOWN everything else: parameters whose callers are not all seen
+          (a function handed to mp.spawn gets the spawn index), loop
+          indices, attributes set where the linter cannot see.
+A parameter is what the file's calls pass for it (model/flow.py's
+`arguments_for`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ import libcst as cst
 
 from ddpcheck.model.distributed import starts_own_workers
 from ddpcheck.model.env import env_writes
+from ddpcheck.model.flow import arguments_for
 from ddpcheck.model.guards import RANK_ENV
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.query import query
@@ -155,7 +159,7 @@ def _name_origin(model: ScriptModel, expr: cst.BaseExpression, scope, depth: int
     if key is None:
         return UNKNOWN
     if scope is not None and key in scope.params:
-        return UNKNOWN   # a parameter: what callers pass is not followed here
+        return _param_origin(model, scope, key, depth)
     assigns = model.assignments(key, scope)
     if not assigns and "." in key and not key.startswith("self."):
         assigns = [a for a in model.assigns if a.key == key]
@@ -166,6 +170,24 @@ def _name_origin(model: ScriptModel, expr: cst.BaseExpression, scope, depth: int
     if merged.literal:
         return UNKNOWN
     return merged
+
+
+def _param_origin(model: ScriptModel, fn: FunctionInfo, name: str, depth: int) -> RankOrigin:
+    """A parameter is what the file's callers pass (`setup(rank, world_size)`
+    called with `int(os.environ["RANK"])`). Unknown when the function is also
+    handed on (`mp.spawn(demo_basic, ...)`: the spawn index), has no caller
+    here, or is reassigned inside."""
+    if any(a.key == name for a in model.assigns_in(fn)):
+        return UNKNOWN
+    args = arguments_for(model, fn, name)
+    if args is None:
+        return UNKNOWN
+    origin = _merge([rank_origin(a.model, a.expr, a.scope, depth + 1) for a in args])
+    if origin.kind is RankKind.GLOBAL:
+        callers = sorted({f"`{a.call.func}(...)`" for a in args if a.call.func})
+        via = f", passed in by {', '.join(callers)}" if callers else ""
+        return RankOrigin(RankKind.GLOBAL, f"{origin.source}{via}")
+    return origin if not origin.literal else UNKNOWN
 
 
 def _spawned_single_node(model: ScriptModel) -> bool:

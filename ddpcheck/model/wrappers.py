@@ -116,13 +116,14 @@ def wrapper_in(model: ScriptModel, expr: cst.BaseExpression, ctx: Ctx) -> tuple[
     key = dotted_name(expr)
     if key is None:
         return None
-    held = wrapper_held(model, key, ctx)
-    if held is not None:
-        return held, None
     fn = ctx.function
     if "." not in key and fn is not None and key in fn.params and \
             not [a for a in model.assignments(key, fn) if a.ctx.function is fn]:
+        # a parameter shadows a module-level name of the same spelling: only its callers tell
         return wrapper_passed(model, fn, key)
+    held = wrapper_held(model, key, ctx)
+    if held is not None:
+        return held, None
     return None
 
 

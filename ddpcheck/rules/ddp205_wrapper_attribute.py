@@ -2,35 +2,27 @@
 
 from __future__ import annotations
 
+import os
 from typing import Iterator
 
 import libcst as cst
 
 from ddpcheck.findings import Severity
 from ddpcheck.model.module_api import on_wrapper
+from ddpcheck.model.flow import argument_expr
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.script import Ctx, ScriptModel
+from ddpcheck.model.positions import line_of
+from ddpcheck.model.query import query
+from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import WrapInfo, wraps
-from ddpcheck.model.wrappers import UNWRAP_TEST, wrapper_held
+from ddpcheck.model.wrappers import UNWRAP_TEST, wrapper_in
 from ddpcheck.rules.base import Hit, Rule, register
 
 
-def _shadowed(model: ScriptModel, key: str, ctx: Ctx) -> bool:
-    """The name is a parameter (never reassigned in its function) or a loop
-    variable where it is read: it need not hold what other code wrapped."""
+def _loop_variable(key: str, ctx: Ctx) -> bool:
+    """`for model in models:`: the loop rebinds the name."""
     root = key.partition(".")[0]
-    if root == "self":
-        return False
-    if any(root in loop.targets for loop in ctx.loops):
-        return True
-    fn = ctx.function
-    while fn is not None:
-        if any(a.key == root for a in model.assigns_in(fn)):
-            return False   # assigned here: wrapper_held judges the assignments
-        if root in fn.params:
-            return True
-        fn = fn.ctx.function
-    return False
+    return any(root in loop.targets for loop in ctx.loops)
 
 
 def _told_apart(model: ScriptModel, ctx: Ctx) -> bool:
@@ -42,6 +34,25 @@ def _is_torch_wrapper(w: WrapInfo) -> bool:
     # apex's DDP has an API of its own; only torch's wrappers are judged
     q = w.site.qual or ""
     return not q.startswith("apex.")
+
+
+@query(on_cycle=())
+def user_attributes(model: ScriptModel, fn: FunctionInfo, param: str) -> tuple[tuple[str, cst.Attribute], ...]:
+    """`param.X` reads in `fn` (never reassigned there) with X not on the
+    wrapper, outside code that tells wrapper and model apart."""
+    if any(a.key == param for a in model.assigns_in(fn)):
+        return ()
+    set_on = {a.key for a in model.assigns}
+    found = []
+    for attr, refs in model.references.items():
+        if on_wrapper(attr) or f"{param}.{attr}" in set_on:
+            continue
+        for r in refs:
+            if r.via_attribute and isinstance(r.node, cst.Attribute) and r.ctx.function is fn and \
+                    dotted_name(r.node.value) == param and not _loop_variable(param, r.ctx) and \
+                    not _told_apart(model, r.ctx):
+                found.append((attr, r.node))
+    return tuple(found)
 
 
 @register
@@ -67,17 +78,63 @@ class WrapperAttribute(Rule):
                 if not r.via_attribute or not isinstance(node, cst.Attribute):
                     continue
                 key = dotted_name(node.value)
-                if key not in wrapped or f"{key}.{attr}" in set_on:
+                if key is None or f"{key}.{attr}" in set_on:
                     continue
-                if _shadowed(model, key, r.ctx) or _told_apart(model, r.ctx):
+                fn = r.ctx.function
+                if key not in wrapped and not (fn is not None and key in fn.params):
                     continue
-                w = wrapper_held(model, key, r.ctx)
-                if w is None or not _is_torch_wrapper(w) or not model.worlds(w.site.ctx) & model.worlds(r.ctx):
+                if _loop_variable(key, r.ctx) or _told_apart(model, r.ctx):
+                    continue
+                found = wrapper_in(model, node.value, r.ctx)
+                if found is None:
+                    continue
+                w, via = found
+                if not _is_torch_wrapper(w) or not model.worlds(w.site.ctx) & model.worlds(r.ctx) and via is None:
                     continue
                 kind = "DistributedDataParallel" if w.kind == "DistributedDataParallel" else "DataParallel"
+                if via is not None:
+                    caller = via.ctx.function.name + "()" if via.ctx.function is not None else "module-level code"
+                    holds = f"`{key}` is the {kind} wrapper that `{via.func or 'a call'}(...)` in {caller} passes in"
+                else:
+                    holds = f"`{key}` holds the {kind} wrapper here"
                 yield Hit(node, message=(
-                    f"`{key}.{attr}`: `{key}` holds the {kind} wrapper here, and `{attr}` is not one of its "
+                    f"`{key}.{attr}`: {holds}, and `{attr}` is not one of its "
                     f"attributes (it belongs to the wrapped model): AttributeError: '{kind}' object has no "
                     f"attribute '{attr}'"
                 ), fix=f"use `{key}.module.{attr}` (or keep `{key}_without_ddp = {key}.module` after wrapping "
                        "and call it through that)")
+        yield from self._through_helper(model)
+
+    def _through_helper(self, model: ScriptModel) -> Iterator[Hit]:
+        """`train_one_epoch(model, ...)` into a helper module whose body calls
+        `model.freeze_bn()`: the wrapper crosses the module as an argument;
+        reported at the argument, naming the helper."""
+        reported: set[int] = set()
+        for call in model.calls:
+            target = model.resolve_call(call)
+            if target is None or target[0] is model:
+                continue
+            tmodel, fn = target
+            for param in fn.params:
+                if param in ("self", "cls"):
+                    continue
+                attrs = user_attributes(tmodel, fn, param)
+                if not attrs:
+                    continue
+                bound, expr = argument_expr(call, fn, param)
+                if not bound or expr is None or id(expr) in reported:
+                    continue
+                found = wrapper_in(model, expr, call.ctx)
+                if found is None or not _is_torch_wrapper(found[0]):
+                    continue
+                reported.add(id(expr))
+                w = found[0]
+                attr, node = attrs[0]
+                name = dotted_name(expr) or "the model"
+                helper = f"{fn.name}() ({os.path.basename(tmodel.path)}:{line_of(tmodel, node)})"
+                yield Hit(expr, message=(
+                    f"`{name}` holds the {w.kind} wrapper and is handed to {helper}, which reads "
+                    f"`{param}.{attr}`: `{attr}` belongs to the wrapped model, not the wrapper: AttributeError: "
+                    f"'{w.kind}' object has no attribute '{attr}'"
+                ), fix=(f"in {fn.name}(), reach it through the wrapped model: `{param}.module.{attr}` (keep handing "
+                        "the wrapper itself to the training loop: its forward is what synchronises gradients)"))

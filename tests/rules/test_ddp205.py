@@ -84,3 +84,21 @@ def test_self_model_in_another_method():
 def test_apex_wrapper_is_not_judged():
     src = HEAD + "from apex.parallel import DistributedDataParallel as ApexDDP\nmodel = ApexDDP(model)\nmodel.freeze_bn()\n"
     assert lines("DDP205", src) == []
+
+
+def test_wrapper_passed_into_a_function():
+    """`train(model, ...)` right after `model = DDP(model)`: the parameter is the wrapper."""
+    src = HEAD + ("def train(net, loader):\n    net.train()\n    net.freeze_bn()\n"
+                  "def main():\n    model = DDP(build(), device_ids=[0])\n    train(model, loader)\n")
+    (f,) = findings("DDP205", src)
+    assert f.line == 7
+    assert "`net` is the DistributedDataParallel wrapper that `train(...)` in main() passes in" in f.message
+
+
+def test_function_also_handed_on_or_called_with_the_plain_model():
+    handed = HEAD + ("def train(net):\n    net.freeze_bn()\n"
+                     "model = DDP(build())\ntrain(model)\nhooks.append(train)\n")
+    assert lines("DDP205", handed) == []
+    plain = HEAD + ("def train(net):\n    net.freeze_bn()\n"
+                    "model = build()\ntrain(model)\nmodel = DDP(model)\ntrain(model.module)\n")
+    assert lines("DDP205", plain) == []

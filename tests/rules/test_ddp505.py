@@ -102,3 +102,15 @@ def test_local_helper_returning_the_global_rank():
                   "torch.cuda.set_device(get_rank())\n")
     (f,) = findings("DDP505", src)
     assert f.line == 9 and "`get_rank()`, which returns `dist.get_rank()`" in f.message
+
+
+def test_rank_passed_into_a_setup_function():
+    src = HEAD + ("def setup(rank, world_size):\n    torch.cuda.set_device(rank)\n"
+                  "def main():\n    rank = int(os.environ['RANK'])\n    setup(rank, 8)\n")
+    (f,) = findings("DDP505", src)
+    assert f.line == 6 and "passed in by `setup(...)`" in f.message
+    local = src.replace("os.environ['RANK']", "os.environ['LOCAL_RANK']")
+    assert lines("DDP505", local) == []
+    spawned = HEAD + ("import torch.multiprocessing as mp\ndef setup(rank, world_size):\n"
+                      "    torch.cuda.set_device(rank)\nmp.spawn(setup, args=(8,), nprocs=8)\n")
+    assert lines("DDP505", spawned) == []
