@@ -163,13 +163,27 @@ def _name_origin(model: ScriptModel, expr: cst.BaseExpression, scope, depth: int
     assigns = model.assignments(key, scope)
     if not assigns and "." in key and not key.startswith("self."):
         assigns = [a for a in model.assigns if a.key == key]
-    if not assigns or any(a.value is None or a.augmented is not None for a in assigns):
+    values = [_assigned_value(a) for a in assigns]
+    if not assigns or any(v is None or a.augmented is not None for a, v in zip(assigns, values)):
         return UNKNOWN
-    origins = [rank_origin(model, a.value, a.ctx.function, depth + 1) for a in assigns]
+    origins = [rank_origin(model, v, a.ctx.function, depth + 1) for a, v in zip(assigns, values)]
     merged = _merge(origins)
     if merged.literal:
         return UNKNOWN
     return merged
+
+
+def _assigned_value(a) -> cst.BaseExpression | None:
+    """The value an assignment gives its name: `rank, ws = dist.get_rank(), dist.get_world_size()`
+    gives `rank` the first element (a tuple a call returns is not split here)."""
+    if a.value is not None:
+        return a.value
+    if a.unpacked is not None:
+        value, index = a.unpacked
+        if isinstance(value, (cst.Tuple, cst.List)) and index < len(value.elements):
+            element = value.elements[index]
+            return None if isinstance(element, cst.StarredElement) else element.value
+    return None
 
 
 def _param_origin(model: ScriptModel, fn: FunctionInfo, name: str, depth: int) -> RankOrigin:

@@ -114,3 +114,10 @@ def test_rank_passed_into_a_setup_function():
     spawned = HEAD + ("import torch.multiprocessing as mp\ndef setup(rank, world_size):\n"
                       "    torch.cuda.set_device(rank)\nmp.spawn(setup, args=(8,), nprocs=8)\n")
     assert lines("DDP505", spawned) == []
+
+
+def test_tuple_assignment():
+    src = HEAD + "rank, ws = dist.get_rank(), dist.get_world_size()\ntorch.cuda.set_device(rank)\n"
+    assert lines("DDP505", src) == [6]
+    src = HEAD + "ws, rank = dist.get_world_size(), int(os.environ['LOCAL_RANK'])\ntorch.cuda.set_device(rank)\n"
+    assert lines("DDP505", src) == []
