@@ -102,3 +102,13 @@ def test_function_also_handed_on_or_called_with_the_plain_model():
     plain = HEAD + ("def train(net):\n    net.freeze_bn()\n"
                     "model = build()\ntrain(model)\nmodel = DDP(model)\ntrain(model.module)\n")
     assert lines("DDP205", plain) == []
+
+
+def test_method_called_by_the_wrapping_method_before_the_wrap():
+    """minGPT-ddp's Trainer: `self._load_snapshot()` runs in __init__ before
+    `self.model = DDP(self.model)`."""
+    src = HEAD + ("class Trainer:\n    def __init__(self, model):\n        self.model = model\n"
+                  "        self._prepare()\n        self.model = DDP(self.model)\n"
+                  "    def _prepare(self):\n        self.model.freeze_backbone()\n"
+                  "    def later(self):\n        self.model.freeze_backbone()\n")
+    assert lines("DDP205", src) == [13]
