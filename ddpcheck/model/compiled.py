@@ -9,7 +9,7 @@ from anything else at the line (`model = model._orig_mod`) does not hold it."""
 from __future__ import annotations
 
 from ddpcheck.model.query import query
-from ddpcheck.model.script import CallSite, Ctx, ScriptModel
+from ddpcheck.model.script import CallSite, Ctx, ScriptModel, owner_class
 from ddpcheck.model.values import _direct_values, key_of
 from ddpcheck.model.wrappers import reaching_assignments
 
@@ -26,6 +26,9 @@ def compile_calls(model: ScriptModel) -> tuple[CallSite, ...]:
 def compiled_held(model: ScriptModel, key: str, ctx: Ctx) -> CallSite | None:
     """The `torch.compile(...)` call whose result `key` holds at `ctx`, or None."""
     calls = [c for c in compile_calls(model) if key_of(model, c) == key]
+    if key.startswith("self."):
+        # `self.model` of another class is another object
+        calls = [c for c in calls if owner_class(c.ctx) == owner_class(ctx)]
     if not calls:
         return None
     scope = ctx.function

@@ -16,7 +16,7 @@ import libcst as cst
 from ddpcheck.model.flow import arguments_for, constant_of
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.query import query
-from ddpcheck.model.script import Assign, CallSite, Ctx, FunctionInfo, ScriptModel
+from ddpcheck.model.script import Assign, CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 from ddpcheck.model.values import WrapInfo, _direct_values, exclusive, wraps
 
 # A test that tells the wrapper apart from the model it wraps:
@@ -38,6 +38,9 @@ def wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
 
 def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
     candidates = [w for w in wraps(model) if w.key == key]
+    if key.startswith("self."):
+        # `self.model` of another class is another object
+        candidates = [w for w in candidates if owner_class(w.site.ctx) == owner_class(ctx)]
     if not candidates:
         return None
     here = model.worlds(ctx)

@@ -112,3 +112,12 @@ def test_method_called_by_the_wrapping_method_before_the_wrap():
                   "    def _prepare(self):\n        self.model.freeze_backbone()\n"
                   "    def later(self):\n        self.model.freeze_backbone()\n")
     assert lines("DDP205", src) == [13]
+
+
+def test_self_model_of_another_class():
+    """A Trainer wraps its `self.model`; an Evaluator's `self.model` is another object."""
+    src = HEAD + ("class Trainer:\n    def __init__(self, m):\n        self.model = DDP(m)\n"
+                  "class Evaluator:\n    def __init__(self, m):\n        self.model = m\n"
+                  "    def run(self):\n        self.model.freeze_bn()\n"
+                  "class Exporter:\n    def run(self):\n        self.model.freeze_bn()\n")
+    assert lines("DDP205", src) == []

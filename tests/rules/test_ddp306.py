@@ -43,3 +43,10 @@ def test_not_reported():
 def test_conditional_compile_is_reported():
     src = HEAD + "if args.compile:\n    model = torch.compile(model)\ntorch.save(model.state_dict(), 'm.pt')\n"
     assert lines("DDP306", src) == [6]
+
+
+def test_self_model_of_another_class():
+    src = HEAD + ("class A:\n    def __init__(self, m):\n        self.model = torch.compile(m)\n"
+                  "class B:\n    def save(self):\n        torch.save(self.model.state_dict(), 'b.pt')\n"
+                  "    def __init__(self, m):\n        self.model = m\n")
+    assert lines("DDP306", src) == []
