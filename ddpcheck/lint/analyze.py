@@ -46,7 +46,7 @@ def _findings(module: cst.Module, path: str, hits: list) -> list[Finding]:
         line, col = (pos[0], pos[1] + 1) if pos else (1, 1)
         f = Finding(
             path=path, line=line, col=col, code=rule.code, name=rule.name,
-            severity=rule.severity, message=hit.message or rule.message, fix=hit.fix or rule.fix,
+            severity=hit.severity or rule.severity, message=hit.message or rule.message, fix=hit.fix or rule.fix,
         )
         findings[(f.line, f.code, f.message)] = f
     return sorted(findings.values())

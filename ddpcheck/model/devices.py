@@ -13,6 +13,7 @@ Device expressions are classified as
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 import libcst as cst
 
@@ -20,7 +21,8 @@ from ddpcheck.model.arguments import options
 from ddpcheck.model.distributed import init_calls, is_init_call
 from ddpcheck.model.guards import is_rank_expr
 from ddpcheck.model.query import query
-from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel, owner_class
+from ddpcheck.model.values import is_ddp_wrap, is_dp_wrap
+from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 from ddpcheck.model.names import dotted_name, string_value
 
 PER_RANK = "per_rank"
@@ -358,3 +360,108 @@ def module_device(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fu
         if isinstance(a.value, cst.Call) or dotted_name(a.value) not in (None, key):
             kinds |= module_device(model, a.value, a.ctx.function, a.ctx.order, class_name, depth + 1)
     return kinds
+
+
+# -- the index a GPU is picked with -------------------------------------------------------
+
+@dataclass(frozen=True)
+class GpuChoice:
+    """An expression that picks a GPU by number: `torch.cuda.set_device(i)`,
+    `.cuda(i)`, `.to(i)`, `device=i`, `device_ids=[i]`, `output_device=i`,
+    `torch.device("cuda", i)`, `f"cuda:{i}"`, `"cuda:%d" % i`,
+    `"cuda:{}".format(i)`, `"cuda:" + str(i)`."""
+
+    node: cst.CSTNode            # what to report: the call or the device string
+    index: cst.BaseExpression    # the GPU number expression (`i`)
+    ctx: Ctx                     # where it is
+    how: str                     # the construct as written, for messages
+
+
+def device_string_index(expr: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """`rank` in `f"cuda:{rank}"`, `"cuda:%d" % rank`, `"cuda:{}".format(rank)`,
+    `"cuda:" + str(rank)`; None for anything else."""
+    if isinstance(expr, cst.FormattedString):
+        parts = expr.parts
+        if (len(parts) == 2 and isinstance(parts[0], cst.FormattedStringText) and parts[0].value == "cuda:"
+                and isinstance(parts[1], cst.FormattedStringExpression)):
+            return parts[1].expression
+        return None
+    if isinstance(expr, cst.BinaryOperation):
+        head = string_value(expr.left)
+        if isinstance(expr.operator, cst.Modulo) and head in ("cuda:%d", "cuda:%s", "cuda:%i"):
+            right = expr.right
+            if isinstance(right, cst.Tuple) and len(right.elements) == 1:
+                right = right.elements[0].value
+            return right
+        if isinstance(expr.operator, cst.Add) and head == "cuda:":
+            return expr.right
+        return None
+    if isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "format":
+        if string_value(expr.func.value) in ("cuda:{}", "cuda:{0}", "cuda:{:d}", "cuda:{0:d}") and len(expr.args) == 1:
+            return expr.args[0].value
+    return None
+
+
+def _ordinal_args(model: ScriptModel, site: CallSite) -> list[tuple[cst.BaseExpression, str]]:
+    q = site.qual or ""
+    out: list[tuple[cst.BaseExpression, str]] = []
+    if q in ("torch.cuda.set_device", "torch.cuda.device"):
+        arg = site.arg("device", 0)
+        if arg is not None:
+            out.append((arg, f"{site.func}(...)"))
+    elif q == "torch.device":
+        kind = string_value(site.arg("type", 0))
+        index = site.arg("index", 1)
+        if kind == "cuda" and index is not None:
+            out.append((index, f"{site.func}(\"cuda\", ...)"))
+    elif site.attr in ("cuda", "to") and site.receiver is not None and q != "torch.cuda":
+        arg = site.arg("device", 0)
+        if arg is not None:
+            out.append((arg, f".{site.attr}(...)"))
+    else:
+        if site.has_keyword("device"):
+            out.append((site.arg("device"), "device=..."))
+        if site.has_keyword("device_id"):
+            out.append((site.arg("device_id"), "device_id=..."))
+        if site.has_keyword("output_device"):
+            out.append((site.arg("output_device"), "output_device=..."))
+        ids = site.arg("device_ids")
+        if ids is None and (is_ddp_wrap(model, site) or is_dp_wrap(model, site)):
+            ids = site.arg("device_ids", 1)
+        if isinstance(ids, (cst.List, cst.Tuple)) and len(ids.elements) == 1:
+            out.append((ids.elements[0].value, "device_ids=[...]"))
+    return [(e, how) for e, how in out if not isinstance(e, cst.Integer)]
+
+
+@query(on_cycle=())
+def gpu_choices(model: ScriptModel) -> tuple[GpuChoice, ...]:
+    """Every place the script picks a GPU by a number it computes."""
+    found: list[GpuChoice] = []
+    seen: set[int] = set()
+
+    def strings_in(expr: cst.BaseExpression | None, ctx: Ctx) -> bool:
+        if expr is None:
+            return False
+        arms = [expr.body, expr.orelse] if isinstance(expr, cst.IfExp) else [expr]
+        hit = False
+        for arm in arms:
+            index = device_string_index(arm)
+            if index is None:
+                continue
+            hit = True
+            if id(arm) not in seen:
+                seen.add(id(arm))
+                found.append(GpuChoice(arm, index, ctx, model.module.code_for_node(arm)))
+        return hit
+
+    for site in model.calls:
+        for expr, how in _ordinal_args(model, site):
+            if not strings_in(expr, site.ctx):
+                found.append(GpuChoice(site.node, expr, site.ctx, how))
+        for a in site.node.args:
+            strings_in(a.value, site.ctx)
+    for a in model.assigns:
+        if a.value is None or a.augmented is not None:
+            continue
+        strings_in(a.value, a.ctx)   # `device = f"cuda:{rank}"`
+    return tuple(found)

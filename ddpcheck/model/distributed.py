@@ -87,3 +87,20 @@ def script_destroys(model: ScriptModel) -> bool | None:
              and not (c.qual or "").startswith("torch.") for c in model.calls):
         result = None
     return result
+
+
+_SPAWNERS = {"spawn", "start_processes", "Process"}
+
+
+def starts_own_workers(model: ScriptModel) -> bool:
+    """`mp.spawn(main_worker, ...)` / `multiprocessing.Process(target=...)`:
+    the script launches its workers itself and hands them their rank."""
+    for c in model.calls:
+        q = c.qual or ""
+        module, _, last = q.rpartition(".")
+        if last in _SPAWNERS and (module in ("torch.multiprocessing", "multiprocessing")
+                                  or module.startswith("multiprocessing.") or module.startswith("torch.multiprocessing.")):
+            return True
+        if last == "get_context" and module in ("torch.multiprocessing", "multiprocessing"):
+            return True
+    return False

@@ -15,8 +15,18 @@ from ddpcheck.model.flow import arguments_for, constant_of, loops_in
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.query import query
 from ddpcheck.model.reads import reads, reads_name
-from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
+from ddpcheck.model.script import Assign, CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 from ddpcheck.model.values import WrapInfo, _direct_values, exclusive, wraps
+
+# Names whose reading in a test tells the wrapper apart from the model it wraps:
+# `model.module if hasattr(model, "module") else model`, `isinstance(model, DDP)`.
+_UNWRAP_NAMES = frozenset({"module", "isinstance", "hasattr", "DataParallel", "DistributedDataParallel", "DDP", "DP"})
+
+
+def tells_wrapper_apart(model: ScriptModel, test: cst.BaseExpression) -> bool:
+    """A test that tells the wrapper apart: `hasattr(model, "module")`,
+    `isinstance(model, DDP)`, `model.module is not None`."""
+    return any(n.rpartition(".")[2] in _UNWRAP_NAMES for n in reads(model, test))
 
 
 def _unwraps(model: ScriptModel, key: str, value) -> bool:
@@ -32,6 +42,9 @@ def wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
 
 def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
     candidates = [w for w in wraps(model) if w.key == key]
+    if key.startswith("self."):
+        # `self.model` of another class is another object
+        candidates = [w for w in candidates if owner_class(w.site.ctx) == owner_class(ctx)]
     if not candidates:
         return None
     here = model.worlds(ctx)
@@ -45,18 +58,7 @@ def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
                 return None
             return next((w for w in candidates if w.site.ctx.function is not scope), None)
         assigns = same_fn
-    local = [a for a in assigns if a.ctx.function is scope]
-    if local:
-        before = [a for a in local if a.ctx.order < ctx.order and not exclusive(a.ctx, ctx)]
-    else:
-        before = list(assigns)   # a module-level name read inside a function
-    # the assignments that can reach `ctx`: the latest one, and the ones in the
-    # other arms of the `if`s it sits in (`if dist: model = DDP(model) else: model = model.cuda()`)
-    reaching: list = []
-    for a in sorted(before, key=lambda a: -a.ctx.order):
-        if reaching and not all(exclusive(a.ctx, r.ctx) for r in reaching):
-            break
-        reaching.append(a)
+    reaching = reaching_assignments(assigns, ctx)
     held = []
     for a in reaching:
         if a.value is None:
@@ -67,6 +69,25 @@ def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
     if not held:
         return None   # no reaching assignment is a wrap (`model = model.module`, a new model)
     return next((w for w in held if w.kind == "DistributedDataParallel"), held[0])
+
+
+def reaching_assignments(assigns: list[Assign], ctx: Ctx) -> list[Assign]:
+    """Of `assigns` (to one name, visible from `ctx`), the ones whose value the
+    name can hold at `ctx`: the latest one before it on the same path, and the
+    ones in the other arms of the `if`s it sits in (`if dist: model =
+    DDP(model) else: model = model.cuda()`). A module-level name read inside a
+    function: its module-level assignments, latest first."""
+    local = [a for a in assigns if a.ctx.function is ctx.function]
+    if local:
+        before = [a for a in local if a.ctx.order < ctx.order and not exclusive(a.ctx, ctx)]
+    else:
+        before = list(assigns)
+    reaching: list[Assign] = []
+    for a in sorted(before, key=lambda a: -a.ctx.order):
+        if reaching and not all(exclusive(a.ctx, r.ctx) for r in reaching):
+            break
+        reaching.append(a)
+    return reaching
 
 
 def _opposite_arms(model: ScriptModel, a: Ctx, b: Ctx) -> bool:
@@ -102,13 +123,14 @@ def wrapper_in(model: ScriptModel, expr: cst.BaseExpression, ctx: Ctx) -> tuple[
     key = dotted_name(expr)
     if key is None:
         return None
-    held = wrapper_held(model, key, ctx)
-    if held is not None:
-        return held, None
     fn = ctx.function
     if "." not in key and fn is not None and key in fn.params and \
             not [a for a in model.assignments(key, fn) if a.ctx.function is fn]:
+        # a parameter shadows a module-level name of the same spelling: only its callers tell
         return wrapper_passed(model, fn, key)
+    held = wrapper_held(model, key, ctx)
+    if held is not None:
+        return held, None
     return None
 
 
@@ -218,4 +240,5 @@ def _filled_renamed(model: ScriptModel, key: str, scope) -> bool:
     return False
 
 
-__all__ = ["wrapper_held", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix"]
+__all__ = ["wrapper_held", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
+           "reaching_assignments", "tells_wrapper_apart"]

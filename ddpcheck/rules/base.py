@@ -19,11 +19,14 @@ if TYPE_CHECKING:  # pragma: no cover
 @dataclass(frozen=True)
 class Hit:
     """Where a rule fires. `message` / `fix` override the rule's defaults when
-    the rule can say something more specific (names, arithmetic)."""
+    the rule can say something more specific (names, arithmetic); `severity`
+    when this case is milder than the rule's usual one (DDP501: an option
+    nobody reads breaks one launcher, not every run)."""
 
     node: cst.CSTNode
     message: str | None = None
     fix: str | None = None
+    severity: Severity | None = None
 
 
 class Rule:

@@ -3,111 +3,33 @@
 from __future__ import annotations
 
 import os
-import re
 from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.model.query import query
 from ddpcheck.model.reads import reads
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
 from ddpcheck.model.flow import argument_expr
-from ddpcheck.model.wrappers import renames_key, strips_prefix, wrapper_in
+from ddpcheck.model.saves import STRIPS_MODULE_PREFIX, is_save_sink, saved_state_dicts
+from ddpcheck.model.wrappers import strips_prefix, tells_wrapper_apart, wrapper_in
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
-TORCH_SAVE = ("torch.save", "torch.serialization.save")
-# Save helpers we cannot see (`utils.save_on_master`, `save_checkpoint`): they write what they are given.
-SAVE_HELPER = re.compile(r"^(save|save_on_\w+|save_(checkpoint|ckpt|model|state|weights)\w*|\w*_save)$")
-# A test that tells the wrapper apart: `model.module if hasattr(model, "module") else model`.
-_UNWRAP_NAMES = {"module", "isinstance", "hasattr", "DataParallel", "DistributedDataParallel", "DDP", "DP"}
+
+def _told_apart(model: ScriptModel, node: cst.IfExp) -> bool:
+    """`m.module.state_dict() if args.distributed else m.state_dict()`: the author tells them apart."""
+    arms = reads(model, node.body) | reads(model, node.orelse)
+    return tells_wrapper_apart(model, node.test) or any(n.endswith(".module") for n in arms)
 
 
-def tells_wrapper_apart(model: ScriptModel, test: cst.BaseExpression) -> bool:
-    """A test that tells the wrapper apart: `hasattr(model, "module")`,
-    `isinstance(model, DDP)`, `model.module is not None`."""
-    return any(n.rpartition(".")[2] in _UNWRAP_NAMES for n in reads(model, test))
+def _is_sink(model: ScriptModel, site: CallSite) -> bool:
+    return is_save_sink(model, site, STRIPS_MODULE_PREFIX, strips_prefix)
 
 
-@query(on_cycle=False)
-def _helper_saves(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
-    """`fn` hands what it gets to torch.save with the keys as they are (a
-    helper that renames them first, `{k[7:]: v ...}`, does not count)."""
-    result = False
-    for c in model.calls_in(fn):
-        if c.qual in TORCH_SAVE:
-            obj = c.arg("obj", 0)
-            if obj is not None and strips_prefix(model, obj, fn):
-                continue
-            result = True
-            break
-        if depth < 2:
-            target = model.resolve_call(c)
-            if target is not None and _helper_saves(target[0], target[1], depth + 1):
-                result = True
-                break
-    if result and any(renames_key(model, c.node, fn) or (c.attr or "").startswith("unwrap")
-                      for c in model.calls_in(fn)):
-        result = False   # renames the keys (or unwraps) on the way, whatever it then saves
-    return result
-
-
-def is_save_sink(model: ScriptModel, site: CallSite) -> bool:
-    """torch.save, or a helper that passes what it gets to torch.save."""
-    if site.qual in TORCH_SAVE:
-        return True
-    target = model.resolve_call(site)
-    if target is not None:
-        return _helper_saves(*target)
-    attr = site.attr or ""
-    return bool(SAVE_HELPER.match(attr)) and not (site.qual or "").startswith(("numpy.", "np.", "json.", "pickle."))
-
-
-class _Collector:
-    def __init__(self, model: ScriptModel, sink: CallSite) -> None:
-        self.model = model
-        self.sink = sink
-        self.found: list[CallSite] = []
-        self.seen: set[int] = set()
-
-    def expr(self, node: cst.CSTNode, scope: FunctionInfo | None, depth: int = 0) -> None:
-        if depth > 4 or id(node) in self.seen:
-            return
-        self.seen.add(id(node))
-        if isinstance(node, (cst.DictComp, cst.Call, cst.Name, cst.Attribute)) and \
-                strips_prefix(self.model, node, scope):
-            return   # `{k[7:]: v for k, v in model.state_dict().items()}`: the keys are renamed
-        if isinstance(node, cst.IfExp):
-            # `m.module.state_dict() if args.distributed else m.state_dict()`: the author tells them apart
-            arms = reads(self.model, node.body) | reads(self.model, node.orelse)
-            if tells_wrapper_apart(self.model, node.test) or any(n.endswith(".module") for n in arms):
-                return
-        if isinstance(node, cst.Call):
-            site = self.model.site_of.get(id(node))
-            if site is not None and site.attr == "state_dict" and site.receiver is not None:
-                self.found.append(site)
-                return
-        if isinstance(node, (cst.Name, cst.Attribute)) and not isinstance(node, cst.Call):
-            key = dotted_name(node)
-            if key is not None:
-                self.name(key, scope, depth)
-                if isinstance(node, cst.Name):
-                    return
-        for child in node.children:
-            if isinstance(child, cst.BaseExpression) or isinstance(child, (cst.Arg, cst.DictElement, cst.Element,
-                                                                          cst.StarredDictElement, cst.StarredElement)):
-                self.expr(child, scope, depth + 1)
-
-    def name(self, key: str, scope: FunctionInfo | None, depth: int) -> None:
-        """What the checkpoint dict under `key` was filled with before the save."""
-        for a in self.model.assigns_in(scope):
-            if a.value is None or not (a.key == key or a.key.startswith(key + "[")):
-                continue
-            if a.ctx.order > self.sink.ctx.order:
-                continue
-            self.expr(a.value, scope, depth + 1)
+def _saved(model: ScriptModel, sink: CallSite) -> list[CallSite]:
+    return saved_state_dicts(model, sink, _told_apart, strips_prefix)
 
 
 @register
@@ -124,12 +46,9 @@ class WrappedStateDict(Rule):
             return
         reported: set[int] = set()
         for sink in model.calls:
-            if not is_save_sink(model, sink):
+            if not _is_sink(model, sink):
                 continue
-            collector = _Collector(model, sink)
-            for a in sink.node.args:
-                collector.expr(a.value, sink.ctx.function)
-            for sd in collector.found:
+            for sd in _saved(model, sink):
                 if id(sd.node) in reported:
                     continue
                 key = dotted_name(sd.receiver)
@@ -187,12 +106,9 @@ def saved_params(model: ScriptModel, fn: FunctionInfo) -> list[str]:
     (`def save_checkpoint(model, path): torch.save({"model": model.state_dict()}, path)`)."""
     found = []
     for sink in model.calls_in(fn):
-        if not is_save_sink(model, sink):
+        if not _is_sink(model, sink):
             continue
-        collector = _Collector(model, sink)
-        for a in sink.node.args:
-            collector.expr(a.value, fn)
-        for sd in collector.found:
+        for sd in _saved(model, sink):
             key = dotted_name(sd.receiver)
             if key in fn.params and key not in found and \
                     not any(tells_wrapper_apart(model, b.test) for b in sd.ctx.branches) and \

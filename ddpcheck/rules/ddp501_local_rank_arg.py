@@ -5,27 +5,11 @@ from __future__ import annotations
 from typing import Iterator
 
 from ddpcheck.model.arguments import options
+from ddpcheck.model.distributed import starts_own_workers
 from ddpcheck.model.env import env_reads
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
-
-_SPAWNERS = {"spawn", "start_processes", "Process"}
-
-
-def starts_own_workers(model: ScriptModel) -> bool:
-    """`mp.spawn(main_worker, ...)` / `multiprocessing.Process(target=...)`:
-    the script launches its workers itself and hands them their rank."""
-    for c in model.calls:
-        q = c.qual or ""
-        module, _, last = q.rpartition(".")
-        if last in _SPAWNERS and (module in ("torch.multiprocessing", "multiprocessing")
-                                  or module.startswith("multiprocessing.") or module.startswith("torch.multiprocessing.")):
-            return True
-        if last == "get_context" and module in ("torch.multiprocessing", "multiprocessing"):
-            return True
-    return False
-
 
 def reads_local_rank_env(model: ScriptModel) -> bool:
     """LOCAL_RANK is read from the environment in the script or in a local
@@ -53,6 +37,20 @@ def _option_read(model: ScriptModel, dest: str) -> bool:
     return used(model) or any(used(m) for m, _fn, _ in model.callees(model.calls, depth=3) if m is not model)
 
 
+# Which launcher passes which spelling (torch/distributed/run.py: `--local-rank={local_rank}`
+# unless `--use-env`, since torch 2.0; `--local_rank=` before; torchrun always has use_env).
+LAUNCHERS = ("launchers: `torchrun` passes no rank argument (it sets LOCAL_RANK); `python -m "
+             "torch.distributed.launch` passes `--local-rank=N` since torch 2.0 (`--local_rank=N` before), "
+             "none with `--use-env`")
+
+
+def _known_args_only(model: ScriptModel) -> bool:
+    """The script parses with `parse_known_args()` only: unknown options are
+    handed back, not fatal."""
+    attrs = {c.attr for c in model.calls}
+    return "parse_known_args" in attrs and "parse_args" not in attrs
+
+
 @register
 class LocalRankArg(Rule):
     code = "DDP501"
@@ -72,16 +70,28 @@ class LocalRankArg(Rule):
         underscore = [o for o in opts if "--local_rank" in o.flags]
         if not underscore or any("--local-rank" in o.flags for o in opts):
             return
-        if starts_own_workers(model) or _uses_deepspeed(model) or reads_local_rank_env(model):
-            return
+        if starts_own_workers(model) or _uses_deepspeed(model):
+            return   # no torch launcher: the script spawns its workers, or DeepSpeed's passes `--local_rank`
+        env_fallback = reads_local_rank_env(model)
+        known_only = _known_args_only(model)
         for o in underscore:
-            if not _option_read(model, o.dest):
-                continue   # declared for old launchers, never used: the rank comes from elsewhere
+            used = _option_read(model, o.dest)
             default = model.module.code_for_node(o.default).strip() if o.default is not None else "None"
-            yield Hit(o.site.node, message=(
-                f"`--local_rank` is the only spelling accepted here and nothing reads LOCAL_RANK from the "
-                f"environment: torch>=2.0's `torch.distributed.launch` passes `--local-rank=N`, which argparse "
-                f"rejects (\"unrecognized arguments: --local-rank=0\"), and torchrun passes no argument at all, "
-                f"so `args.{o.dest}` stays `{default}` on every process (every rank picks the same GPU, or the "
-                f"script does not even go distributed)"
-            ))
+            if used and not env_fallback:
+                refused = ("`parse_known_args()` sets the new `--local-rank=N` aside" if known_only else
+                           "argparse rejects the new `--local-rank=N` (\"unrecognized arguments: --local-rank=0\")")
+                yield Hit(o.site.node, message=(
+                    f"`--local_rank` is the only spelling accepted here and nothing reads LOCAL_RANK from the "
+                    f"environment: {refused}, and under torchrun `args.{o.dest}` stays `{default}` on every "
+                    f"process (every rank picks the same GPU, or the script does not even go distributed); "
+                    f"{LAUNCHERS}"
+                ))
+            elif not known_only:
+                why = ("the value is read from LOCAL_RANK too" if env_fallback and used else
+                       "the local rank comes from the environment" if env_fallback else "nothing reads the value")
+                yield Hit(o.site.node, severity=Severity.INFO, message=(
+                    f"`--local_rank` is the only spelling accepted here: {why}, so torchrun runs fine, but "
+                    f"`python -m torch.distributed.launch` of torch>=2.0 passes `--local-rank=N` and every "
+                    f"process exits at start with \"unrecognized arguments: --local-rank=0\"; {LAUNCHERS}"
+                ), fix=("accept both spellings: `parser.add_argument(\"--local-rank\", \"--local_rank\", "
+                        "type=int, default=int(os.environ.get(\"LOCAL_RANK\", -1)))`"))

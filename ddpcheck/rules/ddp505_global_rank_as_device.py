@@ -1,0 +1,50 @@
+"""DDP505 global-rank-as-device."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+from ddpcheck.findings import Severity
+from ddpcheck.model.devices import gpu_choices
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.ranks import RankKind, rank_origin
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.worlds import DISTRIBUTED
+from ddpcheck.rules.base import Hit, Rule, register
+
+
+@register
+class GlobalRankAsDevice(Rule):
+    code = "DDP505"
+    name = "global-rank-as-device"
+    severity = Severity.WARNING
+    message = ("the global rank picks the GPU: on one node it equals the local rank, on a second node rank 8 "
+               "asks for GPU 8 of a machine that has 8 (\"invalid device ordinal\")")
+    fix = ("pick the GPU with the rank local to the node: `local_rank = int(os.environ[\"LOCAL_RANK\"])` "
+           "(torchrun sets it), or `rank % torch.cuda.device_count()`")
+
+    def check(self, model: ScriptModel) -> Iterator[Hit]:
+        reported: set[int] = set()
+        for choice in gpu_choices(model):
+            if id(choice.node) in reported or not model.worlds(choice.ctx) & DISTRIBUTED:
+                continue
+            origin = rank_origin(model, choice.index, choice.ctx.function)
+            if origin.kind is not RankKind.GLOBAL:
+                continue
+            reported.add(id(choice.node))
+            index = model.module.code_for_node(choice.index)
+            text = " ".join(model.module.code_for_node(choice.node).split())
+            where = f"`{text}`" if len(text) <= 60 else f"`{choice.how}`"
+            if origin.source == f"`{index}`":
+                held = ""
+            elif dotted_name(choice.index) is not None:
+                held = f" (`{index}` comes from {origin.source})"
+            else:
+                held = f" ({origin.source})"
+            yield Hit(choice.node, message=(
+                f"{where} picks the GPU with the global rank{held}: that works on one node, where global and "
+                "local rank are equal, but on the second node rank 8 asks for GPU 8 of an 8-GPU machine "
+                "(\"CUDA error: invalid device ordinal\")"
+    ), fix=(f"use the rank local to the node instead of `{index}`: "
+                    "`local_rank = int(os.environ[\"LOCAL_RANK\"])` (torchrun and torch.distributed.launch set "
+                    "it), or `rank % torch.cuda.device_count()` (SLURM: `SLURM_LOCALID`)"))
