@@ -5,7 +5,7 @@ pool unchanged."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, asdict
+from dataclasses import dataclass, asdict, field
 
 
 class Severity(enum.IntEnum):
@@ -34,11 +34,29 @@ class Finding:
     severity: Severity
     message: str
     fix: str
+    # The one-line form (concise output, GitHub annotations); "" when none.
+    short: str = field(default="", compare=False)
+    # An autofix is available: "safe" (applied by --fix) or "unsafe" (needs
+    # --unsafe-fixes); None when the rule has none for this finding.
+    applicability: "Applicability | None" = field(default=None, compare=False)
+
+    @property
+    def summary(self) -> str:
+        return self.short or self.message
 
     def to_json(self) -> dict:
         data = asdict(self)
         data["severity"] = str(self.severity)
+        data["applicability"] = str(self.applicability) if self.applicability else None
         return data
+
+
+class Applicability(enum.Enum):
+    SAFE = "safe"
+    UNSAFE = "unsafe"
+
+    def __str__(self) -> str:
+        return self.value
 
 
 class SourceError(Exception):
@@ -62,3 +80,6 @@ class FileResult:
     path: str
     findings: tuple[Finding, ...] = ()
     error: str | None = None   # one-line reason when the file could not be analysed
+    # Local helper modules the analysis read (absolute paths): a cached result
+    # is only reused while they are unchanged too.
+    helpers: tuple[str, ...] = ()

@@ -54,7 +54,8 @@ def test_json_document():
     doc = json.loads(report.json_document(results, [("nope.py", "no such file or directory")], 3, statistics=True))
     assert doc["files_checked"] == 3
     assert doc["findings"] == [{"path": "b.py", "line": 3, "col": 5, "code": "DDP101", "name": "missing-set-epoch",
-                                "severity": "error", "message": "msg", "fix": "do x"}]
+                                "severity": "error", "message": "msg", "fix": "do x", "short": "",
+                                "applicability": None}]
     assert doc["errors"] == [{"path": "a.py", "message": "not valid UTF-8"},
                              {"path": "nope.py", "message": "no such file or directory"}]
     assert doc["statistics"] == [{"count": 1, "code": "DDP101", "name": "missing-set-epoch", "severity": "error"}]

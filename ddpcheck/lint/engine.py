@@ -46,23 +46,48 @@ def lint_path(path: str, settings: LintSettings) -> FileResult:
     """Lint one file; never raises for problems with the input."""
     try:
         text = read_source(path)
+    except SourceError as exc:
+        return FileResult(path=path, error=str(exc))
+    return lint_text(text, path, settings)
+
+
+def lint_text(text: str, path: str, settings: LintSettings) -> FileResult:
+    """Lint source text already read (a file, or stdin under --stdin-filename)."""
+    try:
         findings = lint_source(text, path, settings)
     except SourceError as exc:
         return FileResult(path=path, error=str(exc))
     except PartialAnalysis as exc:
         from ddpcheck.lint.noqa import apply_noqa
 
-        return FileResult(path=path, findings=tuple(apply_noqa(exc.findings, text)), error=str(exc))
-    return FileResult(path=path, findings=tuple(findings))
+        return FileResult(path=path, findings=tuple(apply_noqa(exc.findings, text, settings.enabled, path)),
+                          error=str(exc), helpers=_helpers_read(path))
+    return FileResult(path=path, findings=tuple(findings), helpers=_helpers_read(path))
+
+
+def _helpers_read(path: str) -> tuple[str, ...]:
+    import sys
+
+    if "ddpcheck.model.project" not in sys.modules:
+        return ()   # nothing was analysed in this process: no helper was read
+    from ddpcheck.model.project import ProjectIndex
+
+    return ProjectIndex.helpers_read(path)
 
 
 def lint_source(text: str, path: str, settings: LintSettings) -> list[Finding]:
     """All findings for one source text, sorted, `# noqa` applied.
 
     Raises SourceError for text that is not valid Python."""
-    if not settings.enabled or not might_have_findings(text):
+    if not settings.enabled:
         return []
-    from ddpcheck.lint.analyze import analyze  # libcst import deferred: pre-filtered files never pay it
+    findings: list[Finding] = []
+    if might_have_findings(text):
+        from ddpcheck.lint import analyze as analysis  # libcst import deferred: pre-filtered files never pay it
+
+        findings = analysis.analyze(text, path, settings)
+    if "noqa" not in text.lower():
+        return findings
     from ddpcheck.lint.noqa import apply_noqa
 
-    return apply_noqa(analyze(text, path, settings), text)
+    return apply_noqa(findings, text, settings.enabled, path)

@@ -18,6 +18,11 @@ _CACHE: dict[str, object] = {}
 # counts as unseen (rules stay silent about what it does).
 MAX_HELPER_BYTES = 120_000
 _FOUND: dict[tuple[str, str, int], "Path | None"] = {}
+# Which local module each file's analysis found through its imports (absolute
+# paths), kept for the life of the process: a helper's memoised queries do not
+# look their imports up again for the next script, but the edge stays here.
+# The result cache keys a script's findings on everything reachable from it.
+_IMPORT_EDGES: dict[str, set[str]] = {}
 
 # Libraries are not "helpers in the tree": when ddpcheck lints a checkout that
 # vendors or sits next to them (or torch's own source), their modules are
@@ -54,7 +59,10 @@ class ProjectIndex:
         key = (str(Path(from_path).parent), module, level)
         if key not in _FOUND:
             _FOUND[key] = self._find_module(from_path, module, level)
-        return _FOUND[key]
+        found = _FOUND[key]
+        if found is not None:
+            _IMPORT_EDGES.setdefault(os.path.abspath(from_path), set()).add(os.path.abspath(found))
+        return found
 
     def _find_module(self, from_path: str, module: str, level: int) -> Path | None:
         parts = [p for p in module.split(".") if p]
@@ -92,6 +100,21 @@ class ProjectIndex:
             model = None
         _CACHE[key] = (stamp, model)
         return model
+
+    # -- what an analysis read ---------------------------------------------------
+    @staticmethod
+    def helpers_read(path: str) -> tuple[str, ...]:
+        """The local modules the analysis of `path` found through its imports,
+        directly or through other helpers (absolute paths, sorted)."""
+        start = os.path.abspath(path)
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for found in _IMPORT_EDGES.get(todo.pop(), ()):
+                if found not in seen and found != start:
+                    seen.add(found)
+                    todo.append(found)
+        return tuple(sorted(seen))
 
     # -- resolving names ----------------------------------------------------------
     def resolve_function(self, from_path: str, module: str, level: int, name: str, depth: int = 0):

@@ -9,6 +9,7 @@ from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import loaders, returned_loaders
 from ddpcheck.findings import Severity
+from ddpcheck.rules.autofix import set_epoch_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -16,7 +17,9 @@ from ddpcheck.rules.base import Hit, Rule, register
 class MissingSetEpoch(Rule):
     code = "DDP101"
     name = "missing-set-epoch"
+    short = "DistributedSampler never gets `set_epoch()`: every epoch replays the same order"
     severity = Severity.ERROR
+    fixable = True
     message = (
         "DistributedSampler is iterated every epoch but set_epoch() is never called: "
         "its shuffle is seeded with the epoch, so every epoch replays the same order"
@@ -56,6 +59,7 @@ class MissingSetEpoch(Rule):
                         "every epoch replays the epoch-0 order on every rank"
                     ),
                     fix=f"call `{sampler}.set_epoch(epoch)` at the top of this loop, before iterating `{held_as}`",
+                    edit=set_epoch_edit(model, epoch.loop, sampler, loader.site.arg("sampler", 3)),
                 )
 
 

@@ -77,6 +77,7 @@ def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -
 class UnguardedSave(Rule):
     code = "DDP301"
     name = "unguarded-save"
+    short = "checkpoint/log written by every rank: guard it with a rank-0 check"
     severity = Severity.WARNING
     message = "checkpoint/log write reached on every rank"
     fix = ("guard it so only rank 0 writes: `if dist.get_rank() == 0:` (or your `is_main_process()` helper), "

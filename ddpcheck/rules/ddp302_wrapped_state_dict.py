@@ -12,6 +12,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
 from ddpcheck.model.wrappers import wrapper_held
 from ddpcheck.findings import Severity
+from ddpcheck.rules.autofix import unwrap_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 TORCH_SAVE = ("torch.save", "torch.serialization.save")
@@ -101,7 +102,9 @@ class _Collector:
 class WrappedStateDict(Rule):
     code = "DDP302"
     name = "wrapped-state-dict"
+    short = "wrapper's state_dict saved: keys get a `module.` prefix"
     severity = Severity.WARNING
+    fixable = True
     message = ("the state_dict of the DDP/DataParallel wrapper is saved: every key gets a `module.` prefix, "
                "so the checkpoint does not load into the plain model")
     fix = "save `model.module.state_dict()` (keep `model_without_ddp = model.module` after wrapping)"
@@ -136,4 +139,5 @@ class WrappedStateDict(Rule):
                     "unwrapped model (single-GPU evaluation, export, fine-tuning) without renaming its keys, "
                     "and loading it back needs the same wrapper"
                 ), fix=(f"save `{key}.module.state_dict()`, or keep `{key}_without_ddp = {key}.module` right after "
-                        "wrapping and save (and load) through it, as torchvision's references do"))
+                        "wrapping and save (and load) through it, as torchvision's references do"),
+                    edit=unwrap_edit(model, sd, key, w.site))

@@ -8,6 +8,7 @@ from ddpcheck.model.arguments import options
 from ddpcheck.model.env import env_reads
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Severity
+from ddpcheck.rules.autofix import local_rank_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 _SPAWNERS = {"spawn", "start_processes", "Process"}
@@ -57,7 +58,9 @@ def _option_read(model: ScriptModel, dest: str) -> bool:
 class LocalRankArg(Rule):
     code = "DDP501"
     name = "local-rank-arg"
+    short = "only `--local_rank` accepted: torch>=2.0 passes `--local-rank`"
     severity = Severity.ERROR
+    fixable = True
     message = (
         "the script only accepts `--local_rank`: torch>=2.0's `torch.distributed.launch` passes "
         "`--local-rank=N` (argparse exits with \"unrecognized arguments\") and torchrun passes nothing, "
@@ -84,4 +87,4 @@ class LocalRankArg(Rule):
                 f"rejects (\"unrecognized arguments: --local-rank=0\"), and torchrun passes no argument at all, "
                 f"so `args.{o.dest}` stays `{default}` on every process (every rank picks the same GPU, or the "
                 f"script does not even go distributed)"
-            ))
+            ), edit=local_rank_edit(o.site))
