@@ -58,6 +58,14 @@ def fake_analyze(text: str, path: str, settings) -> list[Finding]:
     return sorted(findings)
 
 
+@pytest.fixture(autouse=True)
+def _cache_outside_the_repo(tmp_path_factory, monkeypatch):
+    """Every test (and the CLI subprocesses it starts) keeps ddpcheck's result
+    cache in a fresh temporary folder: nothing is left in the repository, and
+    no test reads another's results."""
+    monkeypatch.setenv("DDPCHECK_CACHE_DIR", str(tmp_path_factory.mktemp("ddpcheck_cache")))
+
+
 @pytest.fixture
 def fake_rules(monkeypatch):
     import ddpcheck.lint.analyze as run

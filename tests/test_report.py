@@ -65,7 +65,10 @@ def test_json_document():
                                                (Severity.INFO, "notice")])
 def test_github_annotation(severity, command):
     line = report.github_finding(f(severity=severity))
-    assert line == f"::{command} file=t.py,line=3,col=5,title=DDP101 missing-set-epoch::msg%0Ado x"
+    assert line == f"::{command} file=t.py,line=3,col=5,title=DDP101 missing-set-epoch::msg"
+    short = report.github_finding(Finding("t.py", 3, 5, "DDP101", "missing-set-epoch", severity, "a long teaching text",
+                                          "do x", short="the short form"))
+    assert short == f"::{command} file=t.py,line=3,col=5,title=DDP101 missing-set-epoch::the short form"
 
 
 def test_github_escaping():

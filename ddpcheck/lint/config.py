@@ -21,7 +21,8 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 has no tomllib; tomli is the same parser, backported.
     import tomli as tomllib
 
-KNOWN_KEYS = ("select", "ignore", "per-file-ignores", "exclude", "main-process-guards", "fail-on")
+KNOWN_KEYS = ("select", "ignore", "per-file-ignores", "exclude", "main-process-guards", "fail-on",
+              "extend-select", "extend-ignore", "cache-dir")
 ALL = "ALL"
 
 
@@ -38,6 +39,9 @@ class Config:
     exclude: tuple[str, ...] = ()
     main_process_guards: tuple[str, ...] = ()
     fail_on: Severity | None = None
+    extend_select: tuple[str, ...] = ()
+    extend_ignore: tuple[str, ...] = ()
+    cache_dir: str | None = None        # as written; relative to the pyproject's folder
 
     @property
     def root(self) -> str | None:
@@ -175,6 +179,11 @@ def config_from_table(table: object, path: Path) -> Config:
 
     select = code_list("select", table["select"], "select") if "select" in table else None
     ignore = code_list("ignore", table.get("ignore", []), "ignore")
+    extend_select = code_list("extend-select", table.get("extend-select", []), "extend-select")
+    extend_ignore = code_list("extend-ignore", table.get("extend-ignore", []), "extend-ignore")
+    cache_dir = table.get("cache-dir")
+    if cache_dir is not None and (not isinstance(cache_dir, str) or not cache_dir.strip()):
+        raise ConfigError(f"{where} cache-dir must be a folder path (a string), got {cache_dir!r}")
 
     pfi = table.get("per-file-ignores", {})
     if not isinstance(pfi, dict):
@@ -205,4 +214,7 @@ def config_from_table(table: object, path: Path) -> Config:
         exclude=str_list("exclude"),
         main_process_guards=guards,
         fail_on=fail_on,
+        extend_select=extend_select,
+        extend_ignore=extend_ignore,
+        cache_dir=cache_dir,
     )

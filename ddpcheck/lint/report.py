@@ -136,7 +136,24 @@ def severity_counts(findings: list[Finding]) -> str:
     return ", ".join(parts)
 
 
-def summary(findings: list[Finding], files_checked: int, unreadable_count: int) -> str:
+def summary(findings: list[Finding], files_checked: int, unreadable_count: int, fixed_count: int = 0) -> str:
+    text = _summary(findings, files_checked, unreadable_count)
+    return f"Fixed {plural(fixed_count, 'finding')}. {text}" if fixed_count else text
+
+
+def fixes_applied(fixed: dict[str, tuple[Finding, ...]]) -> str:
+    """--show-fixes: what --fix changed, per file and rule."""
+    total = sum(len(v) for v in fixed.values())
+    lines = [f"Fixed {plural(total, 'finding')}:"]
+    for path in sorted(fixed):
+        lines.append(f"- {path}:")
+        counts = Counter((f.code, f.name) for f in fixed[path])
+        for (code, name), n in sorted(counts.items()):
+            lines.append(f"    {n} \u00d7 {code} ({name})")
+    return "\n".join(lines)
+
+
+def _summary(findings: list[Finding], files_checked: int, unreadable_count: int) -> str:
     if findings:
         files_hit = len({f.path for f in findings})
         text = (f"Found {plural(len(findings), 'finding')} ({severity_counts(findings)}) "
