@@ -1,0 +1,136 @@
+"""The result cache: an unchanged file is not analysed again; a changed
+file, a changed helper module it imports, or changed settings are."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import ddpcheck.lint.analyze as analysis
+from ddpcheck.cli import main
+from tests.conftest import MISSING_SET_EPOCH, REPO, WITH_SET_EPOCH, write
+
+HELPER_FIXTURE = REPO / "fixtures" / "multifile" / "ddp402_cleanup_in_utils"
+
+
+def lint(*args: str):
+    return CliRunner().invoke(main, ["lint", "--no-color", "--jobs", "1", *args], catch_exceptions=False)
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """Counts the files really analysed (not read back from the cache)."""
+    seen: list[str] = []
+    real = analysis.analyze
+
+    def counting(text, path, settings):
+        seen.append(os.path.basename(path))
+        return real(text, path, settings)
+
+    monkeypatch.setattr(analysis, "analyze", counting)
+    return seen
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DDPCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    write(tmp_path / "train.py", MISSING_SET_EPOCH)
+    write(tmp_path / "other.py", WITH_SET_EPOCH)
+    return tmp_path
+
+
+def touch_later(path: Path) -> None:
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10_000_000))
+
+
+def test_second_run_reads_the_cache(project, counted):
+    first = lint(".")
+    assert sorted(counted) == ["other.py", "train.py"]
+    second = lint(".")
+    assert second.stdout == first.stdout and second.exit_code == first.exit_code == 1
+    assert sorted(counted) == ["other.py", "train.py"], "the second run analysed again"
+    assert (project / "cache" / "CACHEDIR.TAG").is_file()
+    assert (project / "cache" / ".gitignore").read_text().splitlines()[-1] == "*"
+
+
+def test_a_changed_file_is_analysed_again(project, counted):
+    lint(".")
+    counted.clear()
+    write(project / "train.py", WITH_SET_EPOCH)
+    result = lint(".")
+    assert counted == ["train.py"]
+    assert "DDP101" not in result.stdout
+
+
+def test_settings_changes_never_reuse_results(project, counted):
+    lint(".")
+    counted.clear()
+    result = lint("--select", "DDP101", ".")
+    assert sorted(counted) == ["other.py", "train.py"]
+    assert "DDP402" not in result.stdout and "DDP101" in result.stdout
+
+
+def test_the_same_file_under_another_spelling_reports_that_spelling(project, counted):
+    lint(".")
+    result = lint(str(project / "train.py"))
+    assert f"{project / 'train.py'}:9:1: DDP101" in result.stdout
+
+
+def test_a_changed_helper_module_invalidates_the_script_importing_it(tmp_path, monkeypatch, counted):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DDPCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    shutil.copytree(HELPER_FIXTURE, tmp_path / "proj")
+    first = lint("--select", "DDP402", "proj/train.py")
+    assert first.exit_code == 0 and counted == ["train.py"]
+    counted.clear()
+    lint("--select", "DDP402", "proj/train.py")
+    assert counted == [], "unchanged: read from the cache"
+    helper = tmp_path / "proj" / "dist_utils.py"
+    helper.write_text(helper.read_text().replace("        dist.destroy_process_group()\n", "        pass\n"))
+    touch_later(helper)
+    changed = lint("--select", "DDP402", "proj/train.py")
+    assert counted == ["train.py"]
+    assert "proj/train.py:12:5: DDP402" in changed.stdout
+
+
+def test_no_cache_neither_reads_nor_writes(project, counted):
+    lint(".")
+    counted.clear()
+    lint("--no-cache", ".")
+    assert sorted(counted) == ["other.py", "train.py"]
+    shutil.rmtree(project / "cache")
+    lint("--no-cache", ".")
+    assert not (project / "cache").exists()
+
+
+def test_default_folder_is_the_project_root_and_cache_dir_moves_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("DDPCHECK_CACHE_DIR")
+    root = tmp_path / "repo"
+    write(root / "pyproject.toml", "[tool.ddpcheck]\nfail-on = \"error\"\n")
+    write(root / "src" / "train.py", MISSING_SET_EPOCH)
+    monkeypatch.chdir(root / "src")
+    lint("train.py")
+    assert (root / ".ddpcheck_cache" / "CACHEDIR.TAG").is_file()
+    write(root / "pyproject.toml", "[tool.ddpcheck]\ncache-dir = \"build/lint-cache\"\n")
+    lint("train.py")
+    assert (root / "build" / "lint-cache" / "CACHEDIR.TAG").is_file()
+    lint("--cache-dir", str(tmp_path / "elsewhere"), "train.py")
+    assert (tmp_path / "elsewhere" / "CACHEDIR.TAG").is_file()
+
+
+def test_internal_errors_are_not_cached(project, monkeypatch):
+    def crash(text, path, settings):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(analysis, "analyze", crash)
+    assert lint("train.py").exit_code == 2
+    monkeypatch.undo()
+    monkeypatch.chdir(project)
+    monkeypatch.setenv("DDPCHECK_CACHE_DIR", str(project / "cache"))
+    assert lint("train.py").exit_code == 1
