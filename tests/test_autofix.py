@@ -211,3 +211,33 @@ def test_fix_from_stdin_prints_the_fixed_source(tmp_path, monkeypatch):
     assert result.exit_code == 0
     assert "    sampler.set_epoch(epoch)\n" in result.stdout
     assert not list(tmp_path.glob("*.py"))
+
+
+def test_set_epoch_under_the_same_flag_as_the_sampler(tmp_path):
+    source = MISSING_SET_EPOCH.replace(
+        "dataset = list(range(100))\nsampler = DistributedSampler(dataset)\n"
+        "loader = DataLoader(dataset, sampler=sampler, batch_size=8)\n",
+        "dataset = list(range(100))\ndistributed = True\nif distributed:\n    sampler = DistributedSampler(dataset)\n"
+        "    loader = DataLoader(dataset, sampler=sampler, batch_size=8)\n"
+        "else:\n    loader = DataLoader(dataset, shuffle=True, batch_size=8)\n")
+    outcome = fix_of("DDP101", source, tmp_path)
+    assert "for epoch in range(10):\n    if distributed:\n        sampler.set_epoch(epoch)\n    for batch" in outcome.fixed
+    assert not outcome.result.findings
+    # a flag reassigned between the sampler and the loop is not trusted
+    moved = source.replace("for epoch in range(10):", "distributed = False\nfor epoch in range(10):")
+    assert not fix_of("DDP101", moved, tmp_path).changed
+
+
+@pytest.mark.parametrize("src", sorted((FIXTURES / "scripts").glob("*/train_*.py")),
+                         ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_whole_scripts_fix_cleanly_with_every_rule(src, tmp_path):
+    """Several rules' fixes in one file, applied together: the result
+    compiles, keeps its comments, and fixing again changes nothing."""
+    settings = LintSettings(enabled=frozenset(REGISTRY))
+    path = copied(src, tmp_path)
+    text = path.read_text()
+    outcome = fix_text(text, str(path), settings, unsafe=True)
+    compile(outcome.fixed, str(path), "exec")
+    assert comments(outcome.fixed) == comments(text)
+    assert not any(f.applicability for f in outcome.result.findings), "a fixable finding was left"
+    assert fix_text(outcome.fixed, str(path), settings, unsafe=True).fixed == outcome.fixed

@@ -44,13 +44,49 @@ def set_epoch_edit(model: ScriptModel, loop: Loop, sampler: str, sampler_value: 
     if not isinstance(loop.node.body, cst.IndentedBlock):
         return None
     epoch = loop.node.target.value
+    call = f"{sampler}.set_epoch({epoch})"
     root = sampler.split(".")[0]
     if root == "self":
         if loop.ctx.function is None or loop.ctx.function.class_name is None or not isinstance(sampler_value, cst.Call):
             return None
-    elif "." in sampler or not _bound_before(model, sampler, loop.ctx):
+    elif "." in sampler:
         return None
-    return InsertAtBodyStart(block_owner=loop.node, code=f"{sampler}.set_epoch({epoch})")
+    elif not _bound_before(model, sampler, loop.ctx):
+        # `if args.distributed: sampler = DistributedSampler(...)`: the same
+        # test around the call, torchvision's `if args.distributed:
+        # train_sampler.set_epoch(epoch)`
+        test = _sole_guard(model, sampler, loop.ctx)
+        if test is None:
+            return None
+        return InsertAtBodyStart(block_owner=loop.node, code=f"if {test}:\n    {call}\n")
+    return InsertAtBodyStart(block_owner=loop.node, code=call)
+
+
+def _sole_guard(model: ScriptModel, key: str, ctx: Ctx) -> str | None:
+    """The test of the one `if` arm, outside the loop, in which `key` is
+    bound (to a call, before `ctx`, same function), when the test is a flag
+    (`args.distributed`, `not opt.single_gpu`) nothing assigns after it."""
+    mine = [a for a in model.assigns if a.key == key and a.ctx.function is ctx.function]
+    if not mine or any(a.value is None or not isinstance(a.value, cst.Call) or a.augmented is not None
+                       or a.ctx.order > ctx.order or a.ctx.opaque for a in mine):
+        return None
+    extra = {(id(b.test), b.positive): b for a in mine for b in a.ctx.branches
+             if (id(b.test), b.positive) not in {(id(o.test), o.positive) for o in ctx.branches}}
+    if len(extra) != 1 or any(not _within(tuple(x for x in a.ctx.branches
+                                                 if (id(x.test), x.positive) not in extra), ctx.branches)
+                              for a in mine):
+        return None
+    (branch,) = extra.values()
+    test = branch.test
+    negated = isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not)
+    flag = dotted_name(test.expression if negated else test)
+    if flag is None:
+        return None
+    guard_order = min(a.ctx.order for a in mine)
+    if any(a.key == flag and guard_order < a.ctx.order < ctx.order for a in model.assigns):
+        return None
+    positive = branch.positive != negated
+    return flag if positive else f"not {flag}"
 
 
 # --- DDP102: the sampler decides the order --------------------------------------------
