@@ -134,3 +134,24 @@ def test_internal_errors_are_not_cached(project, monkeypatch):
     monkeypatch.chdir(project)
     monkeypatch.setenv("DDPCHECK_CACHE_DIR", str(project / "cache"))
     assert lint("train.py").exit_code == 1
+
+
+def test_a_run_answered_from_the_cache_never_imports_libcst(project):
+    """The warm path is file hashing and JSON: the rule codes come from the
+    rule modules' names, not from importing them (and libcst with them)."""
+    import subprocess
+    import sys
+
+    from ddpcheck.rules.base import REGISTRY
+
+    env = dict(os.environ, DDPCHECK_CACHE_DIR=str(project / "cache"))
+    code = ("import sys\nfrom ddpcheck.lint.config import known_codes\nprint(','.join(known_codes()))\n"
+            "from ddpcheck.cli import main\n"
+            "try:\n    main(['lint', '--jobs', '1', '.'])\nexcept SystemExit as exit:\n"
+            "    print('libcst' in sys.modules, exit.code)\n")
+    runs = [subprocess.run([sys.executable, "-c", code], cwd=project, env=env, capture_output=True, text=True)
+            for _ in range(2)]
+    first, second = (r.stdout.splitlines() for r in runs)
+    assert first[0].split(",") == sorted(REGISTRY)
+    assert first[-1] == "True 1"    # cold: analysed
+    assert second[-1] == "False 1"  # warm: no parse, no libcst, same exit code
