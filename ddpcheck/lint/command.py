@@ -392,7 +392,7 @@ def print_results(options: LintOptions, results: list[FileResult], input_errors:
             click.echo()
         fixed_count = sum(len(v) for v in (fixed or {}).values())
         click.echo(report.summary(findings, files_checked, unreadable_count, fixed_count))
-        hint = report.fix_hint(findings, options.unsafe_fixes, fixing=options.fix)
+        hint = report.fix_hint(findings, options.unsafe_fixes)
         if hint and fmt in ("concise", "full"):
             click.echo(hint)
 

@@ -101,11 +101,10 @@ def full_finding(f: Finding, color: bool, source: str | None, unsafe_fixes: bool
     return "\n".join(out)
 
 
-def fix_hint(findings: list[Finding], unsafe_fixes: bool, fixing: bool) -> str | None:
+def fix_hint(findings: list[Finding], unsafe_fixes: bool) -> str | None:
     """ruff's summary of what --fix could do: `[*] 2 fixable with --fix (1
-    hidden fix can be enabled with --unsafe-fixes).`"""
-    if fixing:
-        return None
+    hidden fix can be enabled with --unsafe-fixes).` After a --fix, what is
+    left (the unsafe fixes it did not apply)."""
     safe = sum(1 for f in findings if fixable(f, unsafe_fixes))
     hidden = 0 if unsafe_fixes else sum(1 for f in findings if f.applicability is Applicability.UNSAFE)
     if not safe and not hidden:
