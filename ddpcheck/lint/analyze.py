@@ -3,16 +3,41 @@ hits into findings with positions."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpcheck.model.builder import build_model
 from ddpcheck.model.project import ProjectIndex
-from ddpcheck.findings import Finding, PartialAnalysis
+from ddpcheck.findings import Finding
 from ddpcheck.parse.syntax import parse
 
 
-def analyze(text: str, path: str, settings) -> list[Finding]:
+@dataclass(frozen=True)
+class RuleCrash:
+    """A rule raised on this file: a bug in ddpcheck, reported, not swallowed."""
+
+    code: str
+    reason: str   # "KeyError: 'x'", "too deeply nested"
+
+    def __str__(self) -> str:
+        return f"{self.code} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the rules found; when some rules crashed, the others' findings
+    are still good and are kept (a partial result is a value, not an
+    exception)."""
+
+    findings: tuple[Finding, ...] = ()
+    crashed: tuple[RuleCrash, ...] = ()
+
+
+def analyze(text: str, path: str, settings) -> Analysis:
+    """Run the enabled rules on `text`, which Python's parser has accepted
+    (the engine checks first). Raises SourceError when libcst cannot read it."""
     from ddpcheck.rules import REGISTRY  # imports every rule module
 
     module = parse(text)
@@ -28,13 +53,11 @@ def analyze(text: str, path: str, settings) -> list[Finding]:
         try:
             hits.extend((rule, hit) for hit in rule.check(model))
         except RecursionError:
-            crashed.append(f"{code} (too deeply nested)")
+            crashed.append(RuleCrash(code, "too deeply nested"))
         except Exception as exc:  # a bug in one rule must not hide the others' findings
-            crashed.append(f"{code} ({type(exc).__name__}: {exc})")
+            crashed.append(RuleCrash(code, f"{type(exc).__name__}: {exc}"))
     findings = _findings(module, path, hits) if hits else []
-    if crashed:
-        raise PartialAnalysis(findings, f"internal error in {', '.join(crashed)}; please report this")
-    return findings
+    return Analysis(tuple(findings), tuple(crashed))
 
 
 def _findings(module: cst.Module, path: str, hits: list) -> list[Finding]:

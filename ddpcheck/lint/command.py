@@ -14,8 +14,8 @@ from ddpcheck.lint.config import (Config, ConfigError, check_selectors, ignored_
                              parse_code_list, resolve_enabled, selector_matches)
 from ddpcheck.lint.discovery import discover
 from ddpcheck.settings import LintSettings
-from ddpcheck.findings import FileResult, Severity
-from ddpcheck.lint.runner import default_jobs, lint_files
+from ddpcheck.findings import ErrorKind, FileError, FileResult, Severity
+from ddpcheck.lint.runner import LintTask, default_jobs, lint_files
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 # Info findings are advice: shown, but they do not fail a CI job unless asked.
@@ -51,16 +51,23 @@ def plan(options: LintOptions) -> Plan:
     select, ignore = config.select, config.ignore
     if options.select is not None:
         select = parse_code_list(options.select)
+        if not select:  # `--select=` from an unset CI variable: never a silent pass
+            raise ConfigError("--select is empty: name rule codes or prefixes (--select DDP1,DDP301), "
+                              "or leave it out to run every rule")
         check_selectors(select, "--select", codes)
     if options.ignore is not None:
         ignore = parse_code_list(options.ignore)
         check_selectors(ignore, "--ignore", codes)
     fail_on = options.fail_on or config.fail_on or DEFAULT_FAIL_ON
-    return Plan(config=config, enabled=resolve_enabled(select, ignore, codes), fail_on=fail_on)
+    enabled = resolve_enabled(select, ignore, codes)
+    if not enabled:
+        raise ConfigError(f"no rule left to run: ignore ({', '.join(ignore)}) removes every selected rule")
+    return Plan(config=config, enabled=enabled, fail_on=fail_on)
 
 
-def file_settings(files: list[str], the_plan: Plan) -> list[tuple[str, LintSettings]]:
-    """Each file with its settings: the enabled rules minus its per-file-ignores."""
+def file_settings(files: list[str], the_plan: Plan, named: frozenset[str] = frozenset()) -> list[LintTask]:
+    """Each file with its settings (the enabled rules minus its
+    per-file-ignores) and whether it was named on the command line."""
     config = the_plan.config
     cache: dict[frozenset[str], LintSettings] = {}
     tasks = []
@@ -70,7 +77,7 @@ def file_settings(files: list[str], the_plan: Plan) -> list[tuple[str, LintSetti
         if enabled not in cache:
             cache[enabled] = LintSettings(enabled=enabled, main_process_guards=config.main_process_guards,
                                           root=config.root)
-        tasks.append((path, cache[enabled]))
+        tasks.append(LintTask(path, cache[enabled], path in named))
     return tasks
 
 
@@ -90,13 +97,13 @@ def run_lint(options: LintOptions) -> int:
         return EXIT_ERROR
 
     found = discover(options.paths, exclude=the_plan.config.exclude, root=the_plan.config.root)
-    input_errors = [(p.path, p.message) for p in found.problems if p.fatal]
+    input_errors = [(p.path, FileError(ErrorKind.UNREADABLE, p.message)) for p in found.problems if p.fatal]
     for problem in found.problems:
         if problem.fatal or not options.quiet:
             kind = "error" if problem.fatal else "warning"
             click.echo(f"ddpcheck: {kind}: {problem.path}: {problem.message}", err=True)
 
-    results = lint_files(file_settings(found.files, the_plan), options.jobs or default_jobs())
+    results = lint_files(file_settings(found.files, the_plan, found.named), options.jobs or default_jobs())
     for bad in report.unreadable(results):
         click.echo(report.input_error_line(bad.path, bad.error), err=True)
 
@@ -104,15 +111,15 @@ def run_lint(options: LintOptions) -> int:
     return exit_code(results, bool(input_errors), the_plan.fail_on)
 
 
-def print_results(options: LintOptions, results: list[FileResult], input_errors: list[tuple[str, str]],
+def print_results(options: LintOptions, results: list[FileResult], input_errors: list[tuple[str, FileError]],
                   files_checked: int) -> None:
     findings = report.all_findings(results)
     if options.output_format == "json":
         click.echo(report.json_document(results, input_errors, files_checked, options.statistics))
         return
     if options.output_format == "github":
-        for path, message in input_errors + [(r.path, r.error) for r in report.unreadable(results)]:
-            click.echo(report.github_input_error(path, message))
+        for path, error in input_errors + [(r.path, r.error) for r in report.unreadable(results)]:
+            click.echo(report.github_input_error(path, error))
         for finding in findings:
             click.echo(report.github_finding(finding))
     elif options.statistics:

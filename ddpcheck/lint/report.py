@@ -5,7 +5,6 @@ where they go."""
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from typing import Iterable
 
@@ -13,15 +12,10 @@ import click
 from tabulate import tabulate
 
 from ddpcheck import __version__
-from ddpcheck.findings import FileResult, Finding, Severity
+from ddpcheck.findings import ErrorKind, FileError, FileResult, Finding, Severity
 
 SEVERITY_COLOR = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 GITHUB_COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
-# An input error message that starts with a position ("3:5: invalid syntax")
-# is shown the way compilers show it: "bad.py:3:5: error: invalid syntax".
-_POSITIONED = re.compile(r"^(?P<line>\d+):(?P<col>\d+):\s*(?P<rest>.*)$")
-# "syntax error: ..." already says what it is; anything else gets "error: ".
-_NAMES_ITS_KIND = re.compile(r"^[\w ]{0,20}error\b", re.IGNORECASE)
 
 
 def all_findings(results: Iterable[FileResult]) -> list[Finding]:
@@ -50,15 +44,13 @@ def text_finding(f: Finding, color: bool) -> str:
     return lines
 
 
-def input_error_line(path: str, message: str) -> str:
-    """One line for an input that could not be analysed."""
-    positioned = _POSITIONED.match(message)
-    if positioned:
-        rest = positioned["rest"]
-        if not _NAMES_ITS_KIND.match(rest):
-            rest = "error: " + rest
-        return f"{path}:{positioned['line']}:{positioned['col']}: {rest}"
-    return f"ddpcheck: error: {path}: {message}"
+def input_error_line(path: str, error: FileError) -> str:
+    """One line for an input that could not be analysed; one with a position
+    is shown the way compilers show it: "bad.py:3:7: syntax error: invalid syntax"."""
+    if error.line is not None:
+        label = "syntax error" if error.kind is ErrorKind.SYNTAX else "error"
+        return f"{path}:{error.line}:{error.col}: {label}: {error.message}"
+    return f"ddpcheck: error: {path}: {error.message}"
 
 
 def severity_counts(findings: list[Finding]) -> str:
@@ -107,11 +99,11 @@ def statistics_table(findings: list[Finding]) -> str:
 
 # --- JSON ------------------------------------------------------------------------
 
-def json_document(results: list[FileResult], input_errors: list[tuple[str, str]], files_checked: int,
+def json_document(results: list[FileResult], input_errors: list[tuple[str, FileError]], files_checked: int,
                   statistics: bool = False) -> str:
     findings = all_findings(results)
-    errors = [{"path": p, "message": m} for p, m in input_errors]
-    errors += [{"path": r.path, "message": r.error} for r in unreadable(results)]
+    errors = [{"path": p, **e.to_json()} for p, e in input_errors]
+    errors += [{"path": r.path, **r.error.to_json()} for r in unreadable(results)]
     document = {
         "version": __version__,
         "files_checked": files_checked,
@@ -140,10 +132,11 @@ def github_finding(f: Finding) -> str:
             f"col={f.col},title={title}::{message}")
 
 
-def github_input_error(path: str, message: str) -> str:
-    positioned = _POSITIONED.match(message)
+def github_input_error(path: str, error: FileError) -> str:
     where = f"file={_escape_property(path)}"
-    if positioned:
-        where += f",line={positioned['line']},col={positioned['col']}"
-        message = positioned["rest"]
+    message = error.message
+    if error.line is not None:
+        where += f",line={error.line},col={error.col}"
+        if error.kind is ErrorKind.SYNTAX:
+            message = f"syntax error: {message}"
     return f"::error {where},title=ddpcheck::{_escape_data(message)}"
