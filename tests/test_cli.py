@@ -185,7 +185,11 @@ def test_lint_never_imports_torch(tmp_path):
     script = write(tmp_path / "train.py", MISSING_SET_EPOCH)
     code = (
         "import sys\n"
+        "import ddpcheck.lint.runner as runner\n"
         "from ddpcheck.cli import main\n"
+        # In-process (the no-fork fallback), so sys.modules here shows what
+        # linting imports; a worker is a fork running the same code.
+        "runner._fork_context = lambda: None\n"
         "try:\n"
         f"    main(['lint', {str(script)!r}, '--jobs', '1'])\n"
         "except SystemExit as exit:\n"

@@ -11,8 +11,29 @@ from libcst.metadata import MetadataWrapper, PositionProvider
 
 from ddpcheck.model.builder import build_model
 from ddpcheck.model.project import ProjectIndex
-from ddpcheck.findings import Applicability, Finding, PartialAnalysis
+from ddpcheck.findings import Applicability, Finding
 from ddpcheck.parse.syntax import parse
+
+
+@dataclass(frozen=True)
+class RuleCrash:
+    """A rule raised on this file: a bug in ddpcheck, reported, not swallowed."""
+
+    code: str
+    reason: str   # "KeyError: 'x'", "too deeply nested"
+
+    def __str__(self) -> str:
+        return f"{self.code} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the rules found; when some rules crashed, the others' findings
+    are still good and are kept (a partial result is a value, not an
+    exception)."""
+
+    findings: tuple[Finding, ...] = ()
+    crashed: tuple[RuleCrash, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -27,10 +48,12 @@ class LocatedHit:
 class RuleRun:
     module: cst.Module
     located: tuple[LocatedHit, ...]
-    crashed: tuple[str, ...]   # "DDP101 (KeyError: ...)" for each rule that raised
+    crashed: tuple[RuleCrash, ...]
 
 
 def rule_hits(text: str, path: str, settings) -> RuleRun:
+    """Run the enabled rules on `text`, keeping each hit beside its finding.
+    Raises SourceError when libcst cannot read it."""
     from ddpcheck.rules import REGISTRY  # imports every rule module
 
     module = parse(text)
@@ -46,20 +69,20 @@ def rule_hits(text: str, path: str, settings) -> RuleRun:
         try:
             hits.extend((rule, hit) for hit in rule.check(model))
         except RecursionError:
-            crashed.append(f"{code} (too deeply nested)")
+            crashed.append(RuleCrash(code, "too deeply nested"))
         except Exception as exc:  # a bug in one rule must not hide the others' findings
-            crashed.append(f"{code} ({type(exc).__name__}: {exc})")
+            crashed.append(RuleCrash(code, f"{type(exc).__name__}: {exc}"))
     located = _locate(module, path, hits) if hits else []
     return RuleRun(module=module, located=tuple(located), crashed=tuple(crashed))
 
 
-def analyze(text: str, path: str, settings) -> list[Finding]:
+def analyze(text: str, path: str, settings) -> Analysis:
+    """Run the enabled rules on `text`, which Python's parser has accepted
+    (the engine checks first). Raises SourceError when libcst cannot read it."""
     run = rule_hits(text, path, settings)
     findings = sorted({(x.finding.line, x.finding.code, x.finding.message): x.finding
                        for x in run.located}.values())
-    if run.crashed:
-        raise PartialAnalysis(findings, f"internal error in {', '.join(run.crashed)}; please report this")
-    return findings
+    return Analysis(tuple(findings), run.crashed)
 
 
 def _locate(module: cst.Module, path: str, hits: list) -> list[LocatedHit]:

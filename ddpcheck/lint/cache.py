@@ -19,11 +19,11 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from ddpcheck import __version__
-from ddpcheck.findings import Applicability, FileResult, Finding, Severity
+from ddpcheck.findings import Applicability, ErrorKind, FileError, FileResult, Finding, Severity
 from ddpcheck.settings import LintSettings
 
 DEFAULT_DIR = ".ddpcheck_cache"
-FORMAT = 1
+FORMAT = 2
 _TAG = "Signature: 8a477f597d28d172789f06886806bc55\n# This file is a cache directory tag created by ddpcheck.\n"
 
 
@@ -66,17 +66,20 @@ class ResultCache:
                 self._hashes[key] = None
         return self._hashes[key]
 
-    def _entry_path(self, path: str, settings: LintSettings) -> Path:
-        name = _digest(f"{self.code}\0{settings_fingerprint(settings)}\0{os.path.abspath(path)}".encode())
+    def _entry_path(self, path: str, settings: LintSettings, named: bool) -> Path:
+        # `named`: a file named on the command line reports its syntax errors
+        # even when no rule needs to parse it, so it is another result
+        key = f"{self.code}\0{settings_fingerprint(settings)}\0{named}\0{os.path.abspath(path)}"
+        name = _digest(key.encode())
         return self.folder / name[:2] / f"{name}.json"
 
     # -- reading and writing -------------------------------------------------------
-    def lookup(self, path: str, settings: LintSettings) -> FileResult | None:
+    def lookup(self, path: str, settings: LintSettings, named: bool = False) -> FileResult | None:
         content = self.content_hash(path)
         if content is None:
             return None
         try:
-            entry = json.loads(self._entry_path(path, settings).read_text(encoding="utf-8"))
+            entry = json.loads(self._entry_path(path, settings, named).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         if entry.get("content") != content:
@@ -87,20 +90,22 @@ class ResultCache:
         try:
             # the path as given this run (`.` then `src/`: the same file, another spelling)
             findings = tuple(replace(_finding(d), path=path) for d in entry["findings"])
+            error = _error(entry["error"]) if entry.get("error") else None
         except (KeyError, TypeError, ValueError):
             return None
-        return FileResult(path=path, findings=findings, error=entry.get("error"), helpers=tuple(helpers))
+        return FileResult(path=path, findings=findings, error=error, helpers=tuple(helpers))
 
-    def store(self, result: FileResult, settings: LintSettings, cacheable: bool = True) -> None:
+    def store(self, result: FileResult, settings: LintSettings, cacheable: bool = True, named: bool = False) -> None:
         if not cacheable:
             return
         content = self.content_hash(result.path)
         helpers = {h: self.content_hash(h) for h in result.helpers}
         if content is None or any(v is None for v in helpers.values()):
             return
-        entry = {"content": content, "helpers": helpers, "error": result.error,
+        entry = {"content": content, "helpers": helpers,
+                 "error": result.error.to_json() if result.error is not None else None,
                  "findings": [_finding_json(f) for f in result.findings]}
-        target = self._entry_path(result.path, settings)
+        target = self._entry_path(result.path, settings, named)
         try:
             self._prepare()
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -134,7 +139,15 @@ def _finding(d: dict) -> Finding:
                    applicability=Applicability(d["applicability"]) if d.get("applicability") else None)
 
 
+def _error(d: dict) -> FileError:
+    return FileError(kind=ErrorKind(d["kind"]), message=d["message"], line=d.get("line"), col=d.get("col"))
+
+
+# Errors that are not facts about the file's content: retried next run.
+NOT_CACHED = frozenset({ErrorKind.INTERNAL, ErrorKind.CRASHED, ErrorKind.TIMED_OUT})
+
+
 def cacheable(result: FileResult) -> bool:
-    """Internal errors (a rule crashed, a worker died) are not facts about the
-    file: they are retried next run."""
-    return result.error is None or "internal error" not in result.error and "too deeply nested" not in result.error
+    """Internal errors (a rule crashed, a worker died or timed out) are
+    retried next run; everything else depends only on what the key holds."""
+    return result.error is None or result.error.kind not in NOT_CACHED

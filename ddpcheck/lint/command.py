@@ -18,8 +18,8 @@ from ddpcheck.lint.config import (Config, ConfigError, check_selectors, ignored_
 from ddpcheck.lint.discovery import discover
 from ddpcheck.lint.pathmatch import matches_any, relative_posix
 from ddpcheck.settings import LintSettings
-from ddpcheck.findings import FileResult, Finding, Severity
-from ddpcheck.lint.runner import default_jobs, lint_files
+from ddpcheck.findings import ErrorKind, FileError, FileResult, Finding, Severity
+from ddpcheck.lint.runner import LintTask, default_jobs, lint_files
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 # Info findings are advice: shown, but they do not fail a CI job unless asked.
@@ -81,6 +81,9 @@ def plan(options: LintOptions) -> Plan:
     config = load_config(options.config_path, Path(start))
     codes = known_codes()
     select = _flag_codes(options.select, "--select", codes)
+    if select is not None and not select:  # `--select=` from an unset CI variable: never a silent pass
+        raise ConfigError("--select is empty: name rule codes or prefixes (--select DDP1,DDP301), "
+                          "or leave it out to run every rule")
     ignore = _flag_codes(options.ignore, "--ignore", codes)
     extend_select = _flag_codes(options.extend_select, "--extend-select", codes) or ()
     extend_ignore = _flag_codes(options.extend_ignore, "--extend-ignore", codes) or ()
@@ -89,7 +92,10 @@ def plan(options: LintOptions) -> Plan:
         select = select + config.extend_select + extend_select
     ignore = (config.ignore if ignore is None else ignore) + config.extend_ignore + extend_ignore
     fail_on = options.fail_on or config.fail_on or DEFAULT_FAIL_ON
-    return Plan(config=config, enabled=resolve_enabled(select, ignore, codes), fail_on=fail_on,
+    enabled = resolve_enabled(select, ignore, codes)
+    if not enabled:
+        raise ConfigError(f"no rule left to run: ignore ({', '.join(ignore)}) removes every selected rule")
+    return Plan(config=config, enabled=enabled, fail_on=fail_on,
                 cache_dir=None if options.no_cache else cache_folder(options, config))
 
 
@@ -106,8 +112,9 @@ def cache_folder(options: LintOptions, config: Config) -> Path:
     return base / (config.cache_dir or DEFAULT_DIR)
 
 
-def file_settings(files: list[str], the_plan: Plan) -> list[tuple[str, LintSettings]]:
-    """Each file with its settings: the enabled rules minus its per-file-ignores."""
+def file_settings(files: list[str], the_plan: Plan, named: frozenset[str] = frozenset()) -> list[LintTask]:
+    """Each file with its settings (the enabled rules minus its
+    per-file-ignores) and whether it was named on the command line."""
     config = the_plan.config
     cache: dict[frozenset[str], LintSettings] = {}
     tasks = []
@@ -117,7 +124,7 @@ def file_settings(files: list[str], the_plan: Plan) -> list[tuple[str, LintSetti
         if enabled not in cache:
             cache[enabled] = LintSettings(enabled=enabled, main_process_guards=config.main_process_guards,
                                           root=config.root)
-        tasks.append((path, cache[enabled]))
+        tasks.append(LintTask(path, cache[enabled], path in named))
     return tasks
 
 
@@ -148,13 +155,13 @@ def run_lint(options: LintOptions) -> int:
         return run_stdin(options, the_plan)
 
     found = discover(options.paths, exclude=the_plan.config.exclude, root=the_plan.config.root)
-    input_errors = [(p.path, p.message) for p in found.problems if p.fatal]
+    input_errors = [(p.path, FileError(ErrorKind.UNREADABLE, p.message)) for p in found.problems if p.fatal]
     for problem in found.problems:
         if problem.fatal or not options.quiet:
             kind = "error" if problem.fatal else "warning"
             click.echo(f"ddpcheck: {kind}: {problem.path}: {problem.message}", err=True)
 
-    tasks = file_settings(found.files, the_plan)
+    tasks = file_settings(found.files, the_plan, found.named)
     results = lint_cached(tasks, options.jobs or default_jobs(), the_plan.cache_dir)
     for bad in report.unreadable(results):
         click.echo(report.input_error_line(bad.path, bad.error), err=True)
@@ -168,7 +175,7 @@ def run_lint(options: LintOptions) -> int:
     return exit_code(results, bool(input_errors), the_plan.fail_on, options.exit_zero)
 
 
-def lint_cached(tasks: list[tuple[str, LintSettings]], jobs: int, cache_dir: Path | None) -> list[FileResult]:
+def lint_cached(tasks: list[LintTask], jobs: int, cache_dir: Path | None) -> list[FileResult]:
     """lint_files, reading unchanged files' results from the cache."""
     if cache_dir is None:
         return lint_files(tasks, jobs)
@@ -177,16 +184,17 @@ def lint_cached(tasks: list[tuple[str, LintSettings]], jobs: int, cache_dir: Pat
     cache = ResultCache(cache_dir)
     hits: list[FileResult] = []
     misses = []
-    for path, settings in tasks:
-        cached = cache.lookup(path, settings)
+    for task in tasks:
+        cached = cache.lookup(task.path, task.settings, task.named)
         if cached is None:
-            misses.append((path, settings))
+            misses.append(task)
         else:
             hits.append(cached)
     fresh = lint_files(misses, jobs) if misses else []
-    settings_of = dict(misses)
+    task_of = {t.path: t for t in misses}
     for result in fresh:
-        cache.store(result, settings_of[result.path], cacheable(result))
+        task = task_of[result.path]
+        cache.store(result, task.settings, cacheable(result), task.named)
     return sorted(hits + fresh, key=lambda r: r.path)
 
 
@@ -204,7 +212,8 @@ def run_stdin(options: LintOptions, the_plan: Plan) -> int:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        click.echo(report.input_error_line(name, f"not valid UTF-8 (byte {exc.start})"), err=True)
+        click.echo(report.input_error_line(name, FileError(ErrorKind.ENCODING, f"not valid UTF-8 (byte {exc.start})")),
+                   err=True)
         if options.fix:
             click.echo(raw.decode("utf-8", errors="surrogateescape"), nl=False)
         return EXIT_ERROR
@@ -215,7 +224,8 @@ def run_stdin(options: LintOptions, the_plan: Plan) -> int:
         if options.fix:
             click.echo(text, nl=False)
         return EXIT_OK
-    (path, settings), = file_settings([name], the_plan)
+    (task,) = file_settings([name], the_plan, frozenset([name]))
+    path, settings = task.path, task.settings
     if options.fix or options.diff:
         from ddpcheck.lint.fixes import fix_text, unified_diff
 
@@ -259,11 +269,11 @@ def run_fix(options: LintOptions, the_plan: Plan, tasks, results: list[FileResul
     from ddpcheck.parse.source import read_source
     from ddpcheck.findings import SourceError
 
-    settings_of = dict(tasks)
+    task_of = {t.path: t for t in tasks}
     by_path = {r.path: r for r in results}
     applied: dict[str, tuple[Finding, ...]] = {}
     diffs: list[str] = []
-    write_errors: list[tuple[str, str]] = []
+    write_errors: list[tuple[str, FileError]] = []
     for r in results:
         if r.error is not None or not any(report.fixable(f, options.unsafe_fixes) for f in r.findings):
             continue
@@ -271,7 +281,7 @@ def run_fix(options: LintOptions, the_plan: Plan, tasks, results: list[FileResul
             text = read_source(r.path)
         except SourceError:
             continue
-        outcome = fix_text(text, r.path, settings_of[r.path], options.unsafe_fixes)
+        outcome = fix_text(text, r.path, task_of[r.path].settings, options.unsafe_fixes)
         if not outcome.changed:
             continue
         applied[r.path] = outcome.applied
@@ -281,7 +291,8 @@ def run_fix(options: LintOptions, the_plan: Plan, tasks, results: list[FileResul
         try:
             _write_source(r.path, outcome.fixed)
         except OSError as exc:
-            write_errors.append((r.path, f"cannot write the fixed file: {exc.strerror or exc}"))
+            write_errors.append((r.path, FileError(ErrorKind.UNREADABLE,
+                                                   f"cannot write the fixed file: {exc.strerror or exc}")))
             continue
         by_path[r.path] = outcome.result
     fixed_count = sum(len(v) for v in applied.values())
@@ -296,14 +307,14 @@ def run_fix(options: LintOptions, the_plan: Plan, tasks, results: list[FileResul
             return EXIT_ERROR
         return EXIT_FINDINGS if diffs else EXIT_OK
     for path, message in write_errors:
-        click.echo(f"ddpcheck: error: {path}: {message}", err=True)
+        click.echo(report.input_error_line(path, message), err=True)
     final = sorted(by_path.values(), key=lambda r: r.path)
     if the_plan.cache_dir is not None and applied:
         from ddpcheck.lint.cache import ResultCache, cacheable
 
         cache = ResultCache(the_plan.cache_dir)
         for path in applied:
-            cache.store(by_path[path], settings_of[path], cacheable(by_path[path]))
+            cache.store(by_path[path], task_of[path].settings, cacheable(by_path[path]), task_of[path].named)
     print_results(options, final, input_errors + write_errors, files_checked, fixed=applied)
     return exit_code(final, bool(input_errors or write_errors), the_plan.fail_on, options.exit_zero)
 
@@ -350,7 +361,7 @@ def run_add_noqa(results: list[FileResult], had_input_error: bool) -> int:
 
 # --- printing ---------------------------------------------------------------------------
 
-def print_results(options: LintOptions, results: list[FileResult], input_errors: list[tuple[str, str]],
+def print_results(options: LintOptions, results: list[FileResult], input_errors: list[tuple[str, FileError]],
                   files_checked: int, sources: dict[str, str] | None = None,
                   fixed: dict[str, tuple[Finding, ...]] | None = None) -> None:
     findings = report.all_findings(results)
@@ -367,8 +378,8 @@ def print_results(options: LintOptions, results: list[FileResult], input_errors:
         click.echo(report.junit_document(results, input_errors))
         return
     if fmt == "github":
-        for path, message in input_errors + [(r.path, r.error) for r in report.unreadable(results)]:
-            click.echo(report.github_input_error(path, message))
+        for path, error in input_errors + [(r.path, r.error) for r in report.unreadable(results)]:
+            click.echo(report.github_input_error(path, error))
         for finding in findings:
             click.echo(report.github_finding(finding))
     elif options.statistics:

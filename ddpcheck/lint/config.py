@@ -152,8 +152,10 @@ def load_config(explicit: str | None, start: Path) -> Config:
     """The Config for a run: `explicit` (--config) or the nearest pyproject."""
     if explicit is not None:
         path = Path(explicit)
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"{explicit}: config file not found")
+        if path.is_dir():
+            raise ConfigError(f"{explicit}: is a directory, not a config file")
     else:
         found = find_pyproject(start)
         if found is None:
@@ -185,6 +187,9 @@ def config_from_table(table: object, path: Path) -> Config:
     def code_list(key: str, value: object, label: str) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} {label} must be a list of rule codes, got {value!r}")
+        if key == "select" and not value:
+            raise ConfigError(f"{where} select is empty: list rule codes or prefixes (select = [\"DDP1\"]), "
+                              "or remove the key to run every rule")
         selectors = tuple(v.strip().upper() for v in value)
         check_selectors(selectors, f"{where} {label}", codes)
         return selectors
@@ -219,7 +224,9 @@ def config_from_table(table: object, path: Path) -> Config:
             raise ConfigError(f"{where} main-process-guards: {guard!r} is not a Python name")
 
     return Config(
-        path=path.resolve(),
+        # Only a regular file anchors globs and local imports: `--config
+        # /dev/null` (an empty config) or a pipe must not make /dev the root.
+        path=path.resolve() if path.is_file() else None,
         select=select,
         ignore=ignore,
         per_file_ignores=per_file,

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-from ddpcheck.findings import FileResult, Finding, PartialAnalysis, SourceError
+from ddpcheck.findings import ErrorKind, FileError, FileResult, Finding, SourceError
 from ddpcheck.parse.source import read_source
+from ddpcheck.parse.syntax import check_syntax
 from ddpcheck.settings import LintSettings
 
 
@@ -42,27 +43,53 @@ def might_have_findings(text: str) -> bool:
     return COLLECTIVE.search(text) is not None and RANK_TEST.search(text) is not None
 
 
-def lint_path(path: str, settings: LintSettings) -> FileResult:
-    """Lint one file; never raises for problems with the input."""
+def lint_path(path: str, settings: LintSettings, named: bool = False) -> FileResult:
+    """Lint one file; never raises for problems with the input.
+
+    `named`: the file was named on the command line (pre-commit passes
+    files by name), so a syntax error in it is reported even when the
+    prefilter would skip it."""
     try:
         text = read_source(path)
     except SourceError as exc:
-        return FileResult(path=path, error=str(exc))
-    return lint_text(text, path, settings)
+        return FileResult(path=path, error=exc.error)
+    return lint_text(text, path, settings, named)
 
 
-def lint_text(text: str, path: str, settings: LintSettings) -> FileResult:
-    """Lint source text already read (a file, or stdin under --stdin-filename)."""
+def lint_text(text: str, path: str, settings: LintSettings, named: bool = False) -> FileResult:
+    """All findings for one source text (a file, or stdin under
+    --stdin-filename), sorted, `# noqa` applied; the problem with the text,
+    if any, as a typed error."""
+    wanted = bool(settings.enabled) and might_have_findings(text)
+    if not wanted and not named:
+        return _noqa_only(text, path, settings)
     try:
-        findings = lint_source(text, path, settings)
-    except SourceError as exc:
-        return FileResult(path=path, error=str(exc))
-    except PartialAnalysis as exc:
-        from ddpcheck.lint.noqa import apply_noqa
+        check_syntax(text, path)   # Python's verdict first: exact positions, and no libcst crash on what it refuses
+        if not wanted:
+            return _noqa_only(text, path, settings)
+        from ddpcheck.lint.analyze import analyze  # libcst import deferred: pre-filtered files never pay it
 
-        return FileResult(path=path, findings=tuple(apply_noqa(exc.findings, text, settings.enabled, path)),
-                          error=str(exc), helpers=_helpers_read(path))
-    return FileResult(path=path, findings=tuple(findings), helpers=_helpers_read(path))
+        analysis = analyze(text, path, settings)
+    except SourceError as exc:
+        return FileResult(path=path, error=exc.error)
+    from ddpcheck.lint.noqa import apply_noqa
+
+    findings = tuple(apply_noqa(list(analysis.findings), text, settings.enabled, path))
+    error = None
+    if analysis.crashed:
+        crashed = ", ".join(str(c) for c in analysis.crashed)
+        error = FileError(ErrorKind.INTERNAL, f"internal error in {crashed}; please report this")
+    return FileResult(path=path, findings=findings, error=error, helpers=_helpers_read(path))
+
+
+def _noqa_only(text: str, path: str, settings: LintSettings) -> FileResult:
+    """A file no rule needs to parse: only its `# noqa` comments can be wrong
+    (DDP001: every `# noqa: DDPnnn` there suppresses nothing)."""
+    if not settings.enabled or "noqa" not in text.lower():
+        return FileResult(path=path)
+    from ddpcheck.lint.noqa import apply_noqa
+
+    return FileResult(path=path, findings=tuple(apply_noqa([], text, settings.enabled, path)))
 
 
 def _helpers_read(path: str) -> tuple[str, ...]:
@@ -76,18 +103,10 @@ def _helpers_read(path: str) -> tuple[str, ...]:
 
 
 def lint_source(text: str, path: str, settings: LintSettings) -> list[Finding]:
-    """All findings for one source text, sorted, `# noqa` applied.
-
-    Raises SourceError for text that is not valid Python."""
-    if not settings.enabled:
-        return []
-    findings: list[Finding] = []
-    if might_have_findings(text):
-        from ddpcheck.lint import analyze as analysis  # libcst import deferred: pre-filtered files never pay it
-
-        findings = analysis.analyze(text, path, settings)
-    if "noqa" not in text.lower():
-        return findings
-    from ddpcheck.lint.noqa import apply_noqa
-
-    return apply_noqa(findings, text, settings.enabled, path)
+    """All findings for one source text, sorted, `# noqa` applied (tests,
+    rule pages). Raises SourceError for text that is not valid Python and
+    when a rule crashed."""
+    result = lint_text(text, path, settings)
+    if result.error is not None:
+        raise SourceError.of(result.error)
+    return list(result.findings)

@@ -7,7 +7,6 @@ go."""
 from __future__ import annotations
 
 import json
-import re
 from collections import Counter
 from typing import Iterable
 
@@ -15,15 +14,10 @@ import click
 from tabulate import tabulate
 
 from ddpcheck import __version__
-from ddpcheck.findings import Applicability, FileResult, Finding, Severity
+from ddpcheck.findings import Applicability, ErrorKind, FileError, FileResult, Finding, Severity
 
 SEVERITY_COLOR = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "cyan"}
 GITHUB_COMMAND = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "notice"}
-# An input error message that starts with a position ("3:5: invalid syntax")
-# is shown the way compilers show it: "bad.py:3:5: error: invalid syntax".
-_POSITIONED = re.compile(r"^(?P<line>\d+):(?P<col>\d+):\s*(?P<rest>.*)$")
-# "syntax error: ..." already says what it is; anything else gets "error: ".
-_NAMES_ITS_KIND = re.compile(r"^[\w ]{0,20}error\b", re.IGNORECASE)
 
 
 def all_findings(results: Iterable[FileResult]) -> list[Finding]:
@@ -115,15 +109,13 @@ def fix_hint(findings: list[Finding], unsafe_fixes: bool) -> str | None:
     return text + "."
 
 
-def input_error_line(path: str, message: str) -> str:
-    """One line for an input that could not be analysed."""
-    positioned = _POSITIONED.match(message)
-    if positioned:
-        rest = positioned["rest"]
-        if not _NAMES_ITS_KIND.match(rest):
-            rest = "error: " + rest
-        return f"{path}:{positioned['line']}:{positioned['col']}: {rest}"
-    return f"ddpcheck: error: {path}: {message}"
+def input_error_line(path: str, error: FileError) -> str:
+    """One line for an input that could not be analysed; one with a position
+    is shown the way compilers show it: "bad.py:3:7: syntax error: invalid syntax"."""
+    if error.line is not None:
+        label = "syntax error" if error.kind is ErrorKind.SYNTAX else "error"
+        return f"{path}:{error.line}:{error.col}: {label}: {error.message}"
+    return f"ddpcheck: error: {path}: {error.message}"
 
 
 def severity_counts(findings: list[Finding]) -> str:
@@ -189,11 +181,11 @@ def statistics_table(findings: list[Finding]) -> str:
 
 # --- JSON ------------------------------------------------------------------------
 
-def json_document(results: list[FileResult], input_errors: list[tuple[str, str]], files_checked: int,
+def json_document(results: list[FileResult], input_errors: list[tuple[str, FileError]], files_checked: int,
                   statistics: bool = False) -> str:
     findings = all_findings(results)
-    errors = [{"path": p, "message": m} for p, m in input_errors]
-    errors += [{"path": r.path, "message": r.error} for r in unreadable(results)]
+    errors = [{"path": p, **e.to_json()} for p, e in input_errors]
+    errors += [{"path": r.path, **r.error.to_json()} for r in unreadable(results)]
     document = {
         "version": __version__,
         "files_checked": files_checked,
@@ -224,12 +216,13 @@ def github_finding(f: Finding) -> str:
             f"col={f.col},title={title}::{message}")
 
 
-def github_input_error(path: str, message: str) -> str:
-    positioned = _POSITIONED.match(message)
+def github_input_error(path: str, error: FileError) -> str:
     where = f"file={_escape_property(path)}"
-    if positioned:
-        where += f",line={positioned['line']},col={positioned['col']}"
-        message = positioned["rest"]
+    message = error.message
+    if error.line is not None:
+        where += f",line={error.line},col={error.col}"
+        if error.kind is ErrorKind.SYNTAX:
+            message = f"syntax error: {message}"
     return f"::error {where},title=ddpcheck::{_escape_data(message)}"
 
 
@@ -278,7 +271,7 @@ def sarif_rule(rule) -> dict:
     return entry
 
 
-def sarif_document(results: list[FileResult], input_errors: list[tuple[str, str]], rules: dict,
+def sarif_document(results: list[FileResult], input_errors: list[tuple[str, FileError]], rules: dict,
                    root: str | None = None) -> str:
     """One SARIF 2.1.0 log: the rules ran (with their metadata) and one result
     per finding; inputs that could not be read are tool notifications."""
@@ -300,9 +293,13 @@ def sarif_document(results: list[FileResult], input_errors: list[tuple[str, str]
             result["ruleIndex"] = index[f.code]
         sarif_results.append(result)
     errors = list(input_errors) + [(r.path, r.error) for r in unreadable(results)]
-    notifications = [{"level": "error", "message": {"text": f"{path}: {message}"},
-                      "locations": [{"physicalLocation": {"artifactLocation": {"uri": _sarif_uri(path, root)}}}]}
-                     for path, message in errors]
+    notifications = []
+    for path, error in errors:
+        physical: dict = {"artifactLocation": {"uri": _sarif_uri(path, root)}}
+        if error.line is not None:
+            physical["region"] = {"startLine": max(1, error.line), "startColumn": max(1, error.col or 1)}
+        notifications.append({"level": "error", "message": {"text": f"{path}: {error.kind.value}: {error.message}"},
+                              "locations": [{"physicalLocation": physical}]})
     run = {
         "tool": {"driver": {
             "name": "ddpcheck",
@@ -334,7 +331,7 @@ def page_base_uri() -> str:
 
 # --- JUnit XML -----------------------------------------------------------------------
 
-def junit_document(results: list[FileResult], input_errors: list[tuple[str, str]]) -> str:
+def junit_document(results: list[FileResult], input_errors: list[tuple[str, FileError]]) -> str:
     """JUnit XML as CI systems read it: one test suite, one test case per
     linted file, a <failure> per finding (an <error> for an unreadable input)."""
     import xml.etree.ElementTree as ET
@@ -353,7 +350,7 @@ def junit_document(results: list[FileResult], input_errors: list[tuple[str, str]
             failure = ET.SubElement(case, "failure", message=f"{f.code} {f.summary}", type=f.code)
             failure.text = f"{f.path}:{f.line}:{f.col}: {f.code} {f.message}\nhelp: {f.fix}"
         if path in errors:
-            ET.SubElement(case, "error", message=str(errors[path]), type="input-error")
+            ET.SubElement(case, "error", message=str(errors[path]), type=errors[path].kind.value)
     root = ET.Element("testsuites", name="ddpcheck", tests=suite.get("tests"), failures=suite.get("failures"),
                       errors=suite.get("errors"))
     root.append(suite)

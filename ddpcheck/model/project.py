@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import libcst as cst
 
 _CACHE: dict[str, object] = {}
 # A training repo's helper modules (utils.py, misc.py, comm.py, dist_utils.py)
@@ -86,6 +85,7 @@ class ProjectIndex:
             return cached[1]
         from ddpcheck.model.builder import build_model
         from ddpcheck.parse.source import read_source
+        from ddpcheck.parse.syntax import parse_checked
         from ddpcheck.findings import SourceError
 
         model = None
@@ -93,10 +93,12 @@ class ProjectIndex:
             text = read_source(key)
             if len(text) > MAX_HELPER_BYTES:
                 raise SourceError("too large for a helper module")
-            module = cst.parse_module(text)
+            # Read and parsed as the linted files are (encoding cookies,
+            # Python's own check first, so nothing it refuses reaches libcst).
+            module = parse_checked(text, key)
             model = build_model(key, module, self.settings)
             model.project = self
-        except (SourceError, cst.ParserSyntaxError, RecursionError):
+        except (SourceError, RecursionError):
             model = None
         _CACHE[key] = (stamp, model)
         return model

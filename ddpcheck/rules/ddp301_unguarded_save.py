@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Iterator
 
@@ -105,6 +106,6 @@ class UnguardedSave(Rule):
             inner = writes_on_every_rank(*target)
             if inner is not None and other_ranks_reach(model, site.ctx):
                 yield Hit(site.node, message=(
-                    f"`{site.func}(...)` ({target[0].path}) writes with `{inner.func}(...)` without a rank guard, "
+                    f"`{site.func}(...)` ({os.path.relpath(target[0].path)}) writes with `{inner.func}(...)` without a rank guard, "
                     f"and this call runs on every rank: {_WHY.get(checkpoint_write(inner) or 'save')}"
                 ))
