@@ -10,6 +10,7 @@ so it means something on any machine.
     python benchmarks/lint_speed.py            # every file of torch
     python benchmarks/lint_speed.py --limit 300  # a quick, evenly spread subset
     python benchmarks/lint_speed.py --repeat 2   # best of two, alternated
+    python benchmarks/lint_speed.py --no-cache-runs  # skip the cold/warm cache runs
 
 torch is located without being imported (ddpcheck lint never imports it).
 """
@@ -71,6 +72,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1,
                         help="alternate the two measurements N times and keep each one's best: "
                              "on a busy machine this keeps other load from landing on one side only")
+    parser.add_argument("--no-cache-runs", action="store_true", help="skip the cold/warm result-cache runs")
     args = parser.parse_args()
 
     root = torch_source_dir()
@@ -99,6 +101,33 @@ def main() -> None:
     ratio = lint_s / parse_s
     verdict = "ok" if ratio < 0.5 else "SLOWER THAN TARGET"
     print(f"ratio:            {ratio:.2f}x the bare parse (target < 0.5x): {verdict}")
+    if not args.no_cache_runs:
+        cache_runs(files, args.jobs)
+
+
+def cache_runs(files: list[str], jobs: int) -> None:
+    """The same lint through the result cache: a cold run (empty cache: lint
+    and write every entry) then a warm one (nothing changed: every result read
+    back). Target: the warm run at most 1/5 of the cold one."""
+    import tempfile
+
+    from ddpcheck.lint.command import lint_cached
+
+    settings = LintSettings(enabled=frozenset(known_codes()))
+    tasks = [(path, settings) for path in files]
+    with tempfile.TemporaryDirectory(prefix="ddpcheck-cache-") as folder:
+        start = time.perf_counter()
+        cold = lint_cached(tasks, jobs, Path(folder))
+        cold_s = time.perf_counter() - start
+        start = time.perf_counter()
+        warm = lint_cached(tasks, jobs, Path(folder))
+        warm_s = time.perf_counter() - start
+    same = [(r.path, r.findings, r.error) for r in cold] == [(r.path, r.findings, r.error) for r in warm]
+    ratio = warm_s / cold_s
+    print(f"cached, cold:     {cold_s:7.2f} s  (empty cache: lint and write each entry)")
+    print(f"cached, warm:     {warm_s:7.2f} s  (unchanged tree; same results: {same})")
+    print(f"warm/cold:        {ratio:.2f}x (target <= 0.2x, 5x faster): "
+          f"{'ok' if ratio <= 0.2 and same else 'SLOWER THAN TARGET'}")
 
 
 if __name__ == "__main__":

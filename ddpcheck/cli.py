@@ -1,9 +1,9 @@
 """Command line: `ddpcheck lint`, `ddpcheck rules`, `ddpcheck rule CODE`
 (and `ddpcheck preflight`, defined in ddpcheck.preflight).
 
-Exit codes of `lint`: 0 nothing at or above --fail-on; 1 findings at or above
---fail-on; 2 a usage or config error, or an input that could not be read
-(2 wins over 1). Importing this module must never import torch: the lint path
+Exit codes of `lint`: 0 nothing at or above --fail-on (or --exit-zero); 1
+findings at or above --fail-on (with --diff: there is a diff); 2 a usage or
+config error, or an input that could not be read (2 wins over 1). Importing this module must never import torch: the lint path
 has to stay light enough for a pre-commit hook."""
 
 from __future__ import annotations
@@ -43,17 +43,36 @@ def main() -> None:
 
 def _use_color(no_color: bool, output_format: str) -> bool:
     # NO_COLOR (no-color.org): any non-empty value turns colors off.
-    if no_color or output_format != "text" or os.environ.get("NO_COLOR"):
+    if no_color or output_format not in ("concise", "full", "text") or os.environ.get("NO_COLOR"):
         return False
     return sys.stdout.isatty()
+
+
+# `text` (the long form of earlier versions) is kept as an alias of `full`.
+FORMAT_ALIASES = {"text": "full"}
 
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("--select", metavar="CODES", help="Comma-separated rule codes or prefixes to run (DDP101,DDP3). Default: all.")
+@click.option("--extend-select", metavar="CODES", help="Codes or prefixes to run on top of the selection (config or --select).")
 @click.option("--ignore", metavar="CODES", help="Comma-separated rule codes or prefixes to skip.")
-@click.option("--format", "output_format", type=click.Choice(["text", "json", "github"]), default="text",
-              show_default=True, help="text for people, json for tools, github for GitHub Actions annotations.")
+@click.option("--extend-ignore", metavar="CODES", help="Codes or prefixes to skip on top of the config's ignore list.")
+@click.option("--output-format", "--format", "output_format",
+              type=click.Choice(["concise", "full", "json", "github", "sarif", "junit", "text"]), default=None,
+              help="concise: one line a finding [default]; full: with the explanation, the fix and the source; "
+                   "json; github: Actions annotations; sarif: SARIF 2.1.0 for code scanning; junit: JUnit XML.")
+@click.option("--fix", is_flag=True, help="Apply the safe fixes to the files, then report what is left.")
+@click.option("--unsafe-fixes", is_flag=True, help="Also offer and apply the fixes that may change behaviour.")
+@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff instead of writing them (exit 1 if any).")
+@click.option("--show-fixes", is_flag=True, help="With --fix: list what was fixed.")
+@click.option("--exit-zero", is_flag=True, help="Exit 0 even when findings are reported (2 still means an error).")
+@click.option("--add-noqa", is_flag=True, help="Write a `# noqa: CODE` comment on every line that has a finding.")
+@click.option("--stdin-filename", metavar="PATH",
+              help="The name of the file read from stdin (`-`): config, per-file-ignores and excludes apply to it.")
+@click.option("--show-settings", is_flag=True, help="Print the resolved settings and exit.")
+@click.option("--no-cache", is_flag=True, help="Neither read nor write the result cache.")
+@click.option("--cache-dir", metavar="PATH", help="Result cache folder. [default: .ddpcheck_cache in the project root]")
 @click.option("--fail-on", type=click.Choice(["error", "warning", "info"], case_sensitive=False), default=None,
               help="Lowest severity that makes the exit code 1. [default: warning, or fail-on from config]")
 @click.option("--statistics", is_flag=True, help="Print a count per rule instead of each finding.")
@@ -63,16 +82,28 @@ def _use_color(no_color: bool, output_format: str) -> bool:
               help="pyproject.toml to read [tool.ddpcheck] from (default: the nearest one).")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=None, metavar="N",
               help="Worker processes. [default: number of CPUs]")
-def lint(paths, select, ignore, output_format, fail_on, statistics, quiet, no_color, config_path, jobs) -> None:
-    """Check training scripts for DDP pitfalls (PATHS: files or folders, default `.`)."""
+def lint(paths, select, extend_select, ignore, extend_ignore, output_format, fix, unsafe_fixes, diff, show_fixes,
+         exit_zero, add_noqa, stdin_filename, show_settings, no_cache, cache_dir, fail_on, statistics, quiet,
+         no_color, config_path, jobs) -> None:
+    """Check training scripts for DDP pitfalls (PATHS: files or folders, default `.`; `-` reads stdin)."""
     from ddpcheck.lint.command import LintOptions, run_lint
 
-    if statistics and output_format == "github":
-        raise click.UsageError("--statistics works with --format text or json")
+    output_format = FORMAT_ALIASES.get(output_format, output_format) or "concise"
+    if statistics and output_format not in ("concise", "full", "json"):
+        raise click.UsageError("--statistics works with --output-format concise, full or json")
+    if add_noqa and (fix or diff):
+        raise click.UsageError("--add-noqa cannot be combined with --fix or --diff")
+    if stdin_filename and paths and tuple(paths) != ("-",):
+        raise click.UsageError("--stdin-filename names the source read from stdin: pass `-` (or no path)")
+    if add_noqa and tuple(paths) == ("-",):
+        raise click.UsageError("--add-noqa writes files: it cannot read stdin")
+    paths = tuple(paths) or (("-",) if stdin_filename else (".",))
     options = LintOptions(
-        paths=tuple(paths) or (".",),
+        paths=paths,
         select=select,
         ignore=ignore,
+        extend_select=extend_select,
+        extend_ignore=extend_ignore,
         output_format=output_format,
         fail_on=Severity.parse(fail_on) if fail_on else None,
         statistics=statistics,
@@ -80,6 +111,16 @@ def lint(paths, select, ignore, output_format, fail_on, statistics, quiet, no_co
         color=_use_color(no_color, output_format),
         config_path=config_path,
         jobs=jobs,
+        exit_zero=exit_zero,
+        fix=fix,
+        unsafe_fixes=unsafe_fixes,
+        diff=diff,
+        show_fixes=show_fixes,
+        add_noqa=add_noqa,
+        stdin_filename=stdin_filename,
+        show_settings=show_settings,
+        no_cache=no_cache,
+        cache_dir=cache_dir,
     )
     try:
         code = run_lint(options)
@@ -91,49 +132,46 @@ def lint(paths, select, ignore, output_format, fail_on, statistics, quiet, no_co
 
 # --- rules / rule ----------------------------------------------------------------
 
-SUMMARY_WIDTH = 90
-
-
-def one_line(text: str) -> str:
-    """A short summary of a rule message for the rules table: its first
-    sentence, cut at its first clause (`: ` / `; `) when that is too long."""
-    text = " ".join(text.split())
-    end = text.find(". ")
-    text = text if end < 0 else text[: end + 1]
-    if len(text) > SUMMARY_WIDTH:
-        cuts = [i for i in (text.find(": "), text.find("; ")) if 20 <= i <= SUMMARY_WIDTH]
-        text = text[: min(cuts)] if cuts else text[: SUMMARY_WIDTH - 3].rstrip() + "..."
-    return text
-
-
 @main.command("rules")
 def rules_command() -> None:
-    """List every rule: code, name, severity, summary."""
+    """List every rule: code, name, severity, fixable, summary."""
     from tabulate import tabulate
 
-    rows = [(code, rule.name, str(rule.severity), one_line(rule.message))
+    rows = [(code, rule.name, str(rule.severity), "yes" if getattr(rule, "fixable", False) else "",
+             getattr(rule, "short", "") or rule.message)
             for code, rule in sorted(registry().items())]
     if not rows:
         click.echo("No rules registered.")
         return
-    click.echo(tabulate(rows, headers=["code", "name", "severity", "summary"]))
-    click.echo("\nMore on one rule: ddpcheck rule CODE")
+    click.echo(tabulate(rows, headers=["code", "name", "severity", "fix", "summary"]))
+    click.echo("\nMore on one rule: ddpcheck rule CODE (or its name)")
+
+
+def lookup_rule(text: str) -> str | None:
+    """A rule's code from its code or its name (`missing-set-epoch`)."""
+    rules = registry()
+    wanted = text.strip()
+    if wanted.upper() in rules:
+        return wanted.upper()
+    by_name = {rule.name: code for code, rule in rules.items()}
+    return by_name.get(wanted.lower().replace("_", "-"))
 
 
 @main.command("rule")
 @click.argument("code")
 def rule_command(code: str) -> None:
-    """Show a rule's reference page (what it does, why it bites, examples)."""
+    """Show a rule's reference page (CODE: its code, DDP101, or name, missing-set-epoch)."""
     from ddpcheck.pages import PageNotFound, load_page
 
     rules = registry()
-    code = code.strip().upper()
-    if code not in rules:
-        fail(f"unknown rule {code!r} (known: {', '.join(sorted(rules)) or 'none registered'})")
+    found = lookup_rule(code)
+    if found is None:
+        fail(f"unknown rule {code.strip()!r} (known: {', '.join(sorted(rules)) or 'none registered'}; "
+             "or a rule name from `ddpcheck rules`)")
     try:
-        page = load_page(code)
+        page = load_page(found)
     except PageNotFound:
-        fail(f"{code}: no reference page shipped for this rule; see `ddpcheck rules`")
+        fail(f"{found}: no reference page shipped for this rule; see `ddpcheck rules`")
     click.echo(page.rstrip("\n"))
 
 

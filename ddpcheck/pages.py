@@ -17,6 +17,16 @@ _HEADING = re.compile(r"^##\s+(?P<title>.+?)\s*#*\s*$", re.MULTILINE)
 _PYTHON_BLOCK = re.compile(r"^```(?:python|py)[ \t]*\n(?P<code>.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
 
 
+# Where the rule pages are published (SARIF's helpUri, the full output): the
+# repository's rules/ folder. Change HOME_URL when the project moves.
+HOME_URL = "https://github.com/ddpcheck/ddpcheck"
+PAGE_URL = HOME_URL + "/blob/main/rules/{code}.md"
+
+
+def page_url(code: str) -> str:
+    return PAGE_URL.format(code=code.upper())
+
+
 class PageNotFound(Exception):
     pass
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 import ddpcheck.rules  # noqa: F401  (registers the real rules)
-from ddpcheck.findings import Finding, Severity, SourceError
+from ddpcheck.findings import Finding, Severity
+from ddpcheck.lint.analyze import Analysis
 from ddpcheck.rules.base import REGISTRY, Rule
 
 REPO = Path(__file__).resolve().parent.parent
@@ -40,13 +41,8 @@ def _fake_rule(code: str, name: str, severity: Severity) -> type[Rule]:
     })
 
 
-def fake_analyze(text: str, path: str, settings) -> list[Finding]:
-    import libcst as cst
-
-    try:
-        cst.parse_module(text)
-    except cst.ParserSyntaxError as exc:
-        raise SourceError(f"{exc.raw_line}:{exc.raw_column + 1}: syntax error: invalid syntax") from None
+def fake_analyze(text: str, path: str, settings) -> Analysis:
+    # The engine has already run Python's syntax check on `text`.
     if "CRASH_THE_RULE" in text:
         raise RuntimeError("boom")
     findings = []
@@ -55,7 +51,15 @@ def fake_analyze(text: str, path: str, settings) -> list[Finding]:
             if marker in line and code in settings.enabled:
                 findings.append(Finding(path, number, line.index(marker) + 1, code, name, severity,
                                         f"{name} happened. Second sentence.", f"fix the {name}"))
-    return sorted(findings)
+    return Analysis(tuple(sorted(findings)))
+
+
+@pytest.fixture(autouse=True)
+def _cache_outside_the_repo(tmp_path_factory, monkeypatch):
+    """Every test (and the CLI subprocesses it starts) keeps ddpcheck's result
+    cache in a fresh temporary folder: nothing is left in the repository, and
+    no test reads another's results."""
+    monkeypatch.setenv("DDPCHECK_CACHE_DIR", str(tmp_path_factory.mktemp("ddpcheck_cache")))
 
 
 @pytest.fixture

@@ -51,7 +51,8 @@ def test_root_goes_into_lint_settings(in_tmp, fake_rules):
     pyproject(in_tmp / "proj", 'main-process-guards = ["is_chief", "utils.on_master"]\n')
     script = write(in_tmp / "proj" / "train.py", ALL_MARKERS)
     the_plan = plan(LintOptions(paths=(str(script),)))
-    [(path, settings)] = file_settings([str(script)], the_plan)
+    [task] = file_settings([str(script)], the_plan)
+    settings = task.settings
     assert settings.root == str((in_tmp / "proj").resolve())
     assert settings.main_process_guards == ("is_chief", "utils.on_master")
     assert settings.enabled == frozenset(REGISTRY) and set(fake_rules) <= settings.enabled

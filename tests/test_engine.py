@@ -7,6 +7,7 @@ from click.testing import CliRunner
 
 import ddpcheck.rules.ddp301_unguarded_save as ddp301
 from ddpcheck.cli import main
+from ddpcheck.findings import ErrorKind
 from ddpcheck.settings import LintSettings
 from ddpcheck.lint.engine import lint_path
 from ddpcheck.rules import REGISTRY
@@ -38,7 +39,8 @@ def test_a_crashing_rule_keeps_the_other_findings(tmp_path, monkeypatch):
     monkeypatch.setattr(ddp301.UnguardedSave, "check", boom)
     result = lint_path(str(path), LintSettings(enabled=frozenset(REGISTRY)))
     assert {f.code for f in result.findings} == {"DDP101"}
-    assert "internal error in DDP301" in result.error
+    assert result.error.kind is ErrorKind.INTERNAL
+    assert result.error.message == "internal error in DDP301 (KeyError: 'bug'); please report this"
 
     cli = CliRunner().invoke(main, ["lint", "--no-color", str(path)])
     assert "DDP101" in cli.stdout

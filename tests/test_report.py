@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ddpcheck.lint import report
-from ddpcheck.findings import FileResult, Finding, Severity
+from ddpcheck.findings import ErrorKind, FileError, FileResult, Finding, Severity
 
 
 def f(path="t.py", line=3, col=5, code="DDP101", severity=Severity.ERROR, message="msg", fix="do x") -> Finding:
@@ -50,13 +50,17 @@ def test_statistics_table_counts_per_rule_most_frequent_first():
 
 
 def test_json_document():
-    results = [FileResult("b.py", (f(path="b.py"),)), FileResult("a.py", error="not valid UTF-8")]
-    doc = json.loads(report.json_document(results, [("nope.py", "no such file or directory")], 3, statistics=True))
+    results = [FileResult("b.py", (f(path="b.py"),)),
+               FileResult("a.py", error=FileError(ErrorKind.SYNTAX, "expected ':'", 3, 7))]
+    missing = FileError(ErrorKind.UNREADABLE, "no such file or directory")
+    doc = json.loads(report.json_document(results, [("nope.py", missing)], 3, statistics=True))
     assert doc["files_checked"] == 3
     assert doc["findings"] == [{"path": "b.py", "line": 3, "col": 5, "code": "DDP101", "name": "missing-set-epoch",
-                                "severity": "error", "message": "msg", "fix": "do x"}]
-    assert doc["errors"] == [{"path": "a.py", "message": "not valid UTF-8"},
-                             {"path": "nope.py", "message": "no such file or directory"}]
+                                "severity": "error", "message": "msg", "fix": "do x", "short": "",
+                                "applicability": None}]
+    assert doc["errors"] == [
+        {"path": "a.py", "kind": "syntax", "line": 3, "col": 7, "message": "expected ':'"},
+        {"path": "nope.py", "kind": "unreadable", "line": None, "col": None, "message": "no such file or directory"}]
     assert doc["statistics"] == [{"count": 1, "code": "DDP101", "name": "missing-set-epoch", "severity": "error"}]
 
 
@@ -64,7 +68,10 @@ def test_json_document():
                                                (Severity.INFO, "notice")])
 def test_github_annotation(severity, command):
     line = report.github_finding(f(severity=severity))
-    assert line == f"::{command} file=t.py,line=3,col=5,title=DDP101 missing-set-epoch::msg%0Ado x"
+    assert line == f"::{command} file=t.py,line=3,col=5,title=DDP101 missing-set-epoch::msg"
+    short = report.github_finding(Finding("t.py", 3, 5, "DDP101", "missing-set-epoch", severity, "a long teaching text",
+                                          "do x", short="the short form"))
+    assert short == f"::{command} file=t.py,line=3,col=5,title=DDP101 missing-set-epoch::the short form"
 
 
 def test_github_escaping():
@@ -73,9 +80,12 @@ def test_github_escaping():
 
 
 def test_input_error_lines():
-    assert report.input_error_line("bad.py", "3:5: syntax error: oops") == "bad.py:3:5: syntax error: oops"
-    assert report.input_error_line("bad.py", "3:5: unexpected indent") == "bad.py:3:5: error: unexpected indent"
-    assert report.input_error_line("x.py", "binary file") == "ddpcheck: error: x.py: binary file"
-    assert report.github_input_error("bad.py", "3:5: syntax error: oops") == \
+    syntax = FileError(ErrorKind.SYNTAX, "oops", 3, 5)
+    libcst_only = FileError(ErrorKind.PARSER, "cannot read this", 3, 5)
+    binary = FileError(ErrorKind.UNREADABLE, "binary file")
+    assert report.input_error_line("bad.py", syntax) == "bad.py:3:5: syntax error: oops"
+    assert report.input_error_line("bad.py", libcst_only) == "bad.py:3:5: error: cannot read this"
+    assert report.input_error_line("x.py", binary) == "ddpcheck: error: x.py: binary file"
+    assert report.github_input_error("bad.py", syntax) == \
         "::error file=bad.py,line=3,col=5,title=ddpcheck::syntax error: oops"
-    assert report.github_input_error("x.py", "binary file") == "::error file=x.py,title=ddpcheck::binary file"
+    assert report.github_input_error("x.py", binary) == "::error file=x.py,title=ddpcheck::binary file"

@@ -5,6 +5,7 @@ import os
 import pytest
 
 import ddpcheck.lint.analyze as run
+import ddpcheck.lint.engine as lint_engine
 from ddpcheck.settings import LintSettings
 from ddpcheck.findings import Finding, Severity
 from ddpcheck.lint.runner import IN_PROCESS_MAX_FILES, chunks_biggest_first, lint_files
@@ -13,7 +14,7 @@ from tests.conftest import PREAMBLE, write
 
 def pid_analyze(text, path, settings):
     """Reports which process analysed the file."""
-    return [Finding(path, 1, 1, "DDP901", "pid", Severity.INFO, str(os.getpid()), "")]
+    return run.Analysis((Finding(path, 1, 1, "DDP901", "pid", Severity.INFO, str(os.getpid()), ""),))
 
 
 @pytest.fixture
@@ -38,14 +39,28 @@ def test_many_files_use_worker_processes_and_come_back_sorted(many_files):
     assert len(results) == len(many_files) and all(len(r.findings) == 1 for r in results)
 
 
-def test_a_handful_of_files_stay_in_process(many_files):
+def test_a_handful_of_files_share_one_worker(many_files):
+    # Never parsed in ddpcheck's own process (a parser crash would end the
+    # run), but one worker for a pre-commit's handful.
     results = lint_files(many_files[:3], jobs=2)
-    assert pids(results) == {str(os.getpid())}
+    assert len(pids(results)) == 1 and str(os.getpid()) not in pids(results)
     assert [r.path for r in results] == sorted(path for path, _ in many_files[:3])
 
 
-def test_one_job_stays_in_process(many_files):
-    assert pids(lint_files(many_files, jobs=1)) == {str(os.getpid())}
+def test_one_job_is_one_worker(many_files):
+    found = pids(lint_files(many_files, jobs=1))
+    assert len(found) == 1 and str(os.getpid()) not in found
+
+
+def test_without_worker_processes_files_are_linted_in_process(many_files, monkeypatch):
+    import ddpcheck.lint.runner as runner
+
+    def no_processes(ctx):
+        raise OSError("no processes here")
+
+    monkeypatch.setattr(runner, "_start_worker", no_processes)
+    results = lint_files(many_files, jobs=2)
+    assert pids(results) == {str(os.getpid())} and len(results) == len(many_files)
 
 
 def test_prefiltered_files_are_never_analysed(tmp_path, monkeypatch, fake_rules):
@@ -54,7 +69,7 @@ def test_prefiltered_files_are_never_analysed(tmp_path, monkeypatch, fake_rules)
 
     monkeypatch.setattr(run, "analyze", must_not_run)
     write(tmp_path / "plain.py", "import os\nprint(os.getcwd())\n")
-    [result] = lint_files([(str(tmp_path / "plain.py"), LintSettings(enabled=frozenset({"DDP901"})))], jobs=1)
+    result = lint_engine.lint_path(str(tmp_path / "plain.py"), LintSettings(enabled=frozenset({"DDP901"})))
     assert result.error is None and result.findings == ()
 
 

@@ -1,19 +1,60 @@
 """analyze(): parse once, build the ScriptModel, run the enabled rules, turn
-hits into findings with positions."""
+hits into findings with positions. `rule_hits` is the same run kept as hits
+(with their autofix edits) for `ddpcheck lint --fix`."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import libcst as cst
 
 from ddpcheck.model.builder import build_model
 from ddpcheck.model.positions import positions_of
 from ddpcheck.model.project import ProjectIndex
-from ddpcheck.findings import Finding, PartialAnalysis
+from ddpcheck.findings import Applicability, Finding
 from ddpcheck.parse.syntax import parse
 from ddpcheck.settings import LintSettings
 
 
-def analyze(text: str, path: str, settings: LintSettings) -> list[Finding]:
+@dataclass(frozen=True)
+class RuleCrash:
+    """A rule raised on this file: a bug in ddpcheck, reported, not swallowed."""
+
+    code: str
+    reason: str   # "KeyError: 'x'", "too deeply nested"
+
+    def __str__(self) -> str:
+        return f"{self.code} ({self.reason})"
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the rules found; when some rules crashed, the others' findings
+    are still good and are kept (a partial result is a value, not an
+    exception)."""
+
+    findings: tuple[Finding, ...] = ()
+    crashed: tuple[RuleCrash, ...] = ()
+
+
+@dataclass(frozen=True)
+class LocatedHit:
+    """A rule's hit with the finding it is reported as."""
+
+    finding: Finding
+    hit: object   # rules.base.Hit (its `edit` refers to nodes of `RuleRun.module`)
+
+
+@dataclass(frozen=True)
+class RuleRun:
+    module: cst.Module
+    located: tuple[LocatedHit, ...]
+    crashed: tuple[RuleCrash, ...]
+
+
+def rule_hits(text: str, path: str, settings: LintSettings) -> RuleRun:
+    """Run the enabled rules on `text`, keeping each hit beside its finding.
+    Raises SourceError when libcst cannot read it."""
     from ddpcheck.rules import REGISTRY  # imports every rule module
 
     module = parse(text)
@@ -29,24 +70,34 @@ def analyze(text: str, path: str, settings: LintSettings) -> list[Finding]:
         try:
             hits.extend((rule, hit) for hit in rule.check(model))
         except RecursionError:
-            crashed.append(f"{code} (too deeply nested)")
+            crashed.append(RuleCrash(code, "too deeply nested"))
         except Exception as exc:  # a bug in one rule must not hide the others' findings
-            crashed.append(f"{code} ({type(exc).__name__}: {exc})")
-    findings = _findings(module, path, hits) if hits else []
-    if crashed:
-        raise PartialAnalysis(findings, f"internal error in {', '.join(crashed)}; please report this")
-    return findings
+            crashed.append(RuleCrash(code, f"{type(exc).__name__}: {exc}"))
+    located = _locate(module, path, hits) if hits else []
+    return RuleRun(module=module, located=tuple(located), crashed=tuple(crashed))
 
 
-def _findings(module: cst.Module, path: str, hits: list) -> list[Finding]:
+def analyze(text: str, path: str, settings: LintSettings) -> Analysis:
+    """Run the enabled rules on `text`, which Python's parser has accepted
+    (the engine checks first). Raises SourceError when libcst cannot read it."""
+    run = rule_hits(text, path, settings)
+    findings = sorted({(x.finding.line, x.finding.code, x.finding.message): x.finding
+                       for x in run.located}.values())
+    return Analysis(tuple(findings), run.crashed)
+
+
+def _locate(module: cst.Module, path: str, hits: list) -> list[LocatedHit]:
     positions = positions_of(module, (hit.node for _, hit in hits))   # only the reported nodes
-    findings = {}
+    located = []
     for rule, hit in hits:
         pos = positions.get(id(hit.node))
         line, col = (pos[0], pos[1] + 1) if pos else (1, 1)
+        edit = getattr(hit, "edit", None)
+        applicability = None if edit is None else (Applicability.SAFE if edit.safe else Applicability.UNSAFE)
         f = Finding(
             path=path, line=line, col=col, code=rule.code, name=rule.name,
             severity=hit.severity or rule.severity, message=hit.message or rule.message, fix=hit.fix or rule.fix,
+            short=getattr(rule, "short", ""), applicability=applicability,
         )
-        findings[(f.line, f.code, f.message)] = f
-    return sorted(findings.values())
+        located.append(LocatedHit(f, hit))
+    return located

@@ -21,7 +21,8 @@ if sys.version_info >= (3, 11):
 else:  # Python 3.10 has no tomllib; tomli is the same parser, backported.
     import tomli as tomllib
 
-KNOWN_KEYS = ("select", "ignore", "per-file-ignores", "exclude", "main-process-guards", "fail-on")
+KNOWN_KEYS = ("select", "ignore", "per-file-ignores", "exclude", "main-process-guards", "fail-on",
+              "extend-select", "extend-ignore", "cache-dir")
 ALL = "ALL"
 
 
@@ -38,6 +39,9 @@ class Config:
     exclude: tuple[str, ...] = ()
     main_process_guards: tuple[str, ...] = ()
     fail_on: Severity | None = None
+    extend_select: tuple[str, ...] = ()
+    extend_ignore: tuple[str, ...] = ()
+    cache_dir: str | None = None        # as written; relative to the pyproject's folder
 
     @property
     def root(self) -> str | None:
@@ -48,10 +52,22 @@ class Config:
 # --- rule codes --------------------------------------------------------------
 
 def known_codes() -> list[str]:
-    import ddpcheck.rules  # noqa: F401  (importing registers every rule)
-    from ddpcheck.rules.base import REGISTRY
+    """Every rule code. Read from the rule modules' names (`ddp101_*.py`)
+    without importing them: importing the rules imports libcst, which a run
+    answered entirely from the result cache never needs. Rules registered
+    by other means (already imported) count too."""
+    import pkgutil
+    import re
 
-    return sorted(REGISTRY)
+    import ddpcheck
+
+    rules_path = [os.path.join(os.path.dirname(ddpcheck.__file__), "rules")]
+    codes = {f"DDP{m.group(1)}" for info in pkgutil.iter_modules(rules_path)
+             if (m := re.fullmatch(r"ddp(\d{3})_\w+", info.name))}
+    registry = sys.modules.get("ddpcheck.rules.base")
+    if registry is not None:
+        codes |= set(registry.REGISTRY)
+    return sorted(codes)
 
 
 def selector_matches(code: str, selector: str) -> bool:
@@ -136,8 +152,10 @@ def load_config(explicit: str | None, start: Path) -> Config:
     """The Config for a run: `explicit` (--config) or the nearest pyproject."""
     if explicit is not None:
         path = Path(explicit)
-        if not path.is_file():
+        if not path.exists():
             raise ConfigError(f"{explicit}: config file not found")
+        if path.is_dir():
+            raise ConfigError(f"{explicit}: is a directory, not a config file")
     else:
         found = find_pyproject(start)
         if found is None:
@@ -169,12 +187,20 @@ def config_from_table(table: object, path: Path) -> Config:
     def code_list(key: str, value: object, label: str) -> tuple[str, ...]:
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{where} {label} must be a list of rule codes, got {value!r}")
+        if key == "select" and not value:
+            raise ConfigError(f"{where} select is empty: list rule codes or prefixes (select = [\"DDP1\"]), "
+                              "or remove the key to run every rule")
         selectors = tuple(v.strip().upper() for v in value)
         check_selectors(selectors, f"{where} {label}", codes)
         return selectors
 
     select = code_list("select", table["select"], "select") if "select" in table else None
     ignore = code_list("ignore", table.get("ignore", []), "ignore")
+    extend_select = code_list("extend-select", table.get("extend-select", []), "extend-select")
+    extend_ignore = code_list("extend-ignore", table.get("extend-ignore", []), "extend-ignore")
+    cache_dir = table.get("cache-dir")
+    if cache_dir is not None and (not isinstance(cache_dir, str) or not cache_dir.strip()):
+        raise ConfigError(f"{where} cache-dir must be a folder path (a string), got {cache_dir!r}")
 
     pfi = table.get("per-file-ignores", {})
     if not isinstance(pfi, dict):
@@ -198,11 +224,16 @@ def config_from_table(table: object, path: Path) -> Config:
             raise ConfigError(f"{where} main-process-guards: {guard!r} is not a Python name")
 
     return Config(
-        path=path.resolve(),
+        # Only a regular file anchors globs and local imports: `--config
+        # /dev/null` (an empty config) or a pipe must not make /dev the root.
+        path=path.resolve() if path.is_file() else None,
         select=select,
         ignore=ignore,
         per_file_ignores=per_file,
         exclude=str_list("exclude"),
         main_process_guards=guards,
         fail_on=fail_on,
+        extend_select=extend_select,
+        extend_ignore=extend_ignore,
+        cache_dir=cache_dir,
     )

@@ -9,6 +9,9 @@ problems for the inputs that cannot be used.
   reported.
 - Config `exclude` globs apply to walked and named paths alike, so a
   pre-commit run honours them too.
+- A file reached twice (`a.py ./a.py`, `/abs/a.py a.py`, a symlink and its
+  target, a folder named twice) is linted once, under the first spelling
+  met, the real file preferred over a symlink to it.
 """
 
 from __future__ import annotations
@@ -38,6 +41,9 @@ class InputProblem:
 class Discovered:
     files: list[str] = field(default_factory=list)
     problems: list[InputProblem] = field(default_factory=list)
+    # Files named on the command line (not found by walking a folder): a
+    # syntax error in them is reported whatever the prefilter says.
+    named: frozenset[str] = frozenset()
 
 
 def is_skipped_dir(path: str, name: str) -> bool:
@@ -66,6 +72,19 @@ class _Walker:
         self.exclude = exclude
         self.root = root
         self.out = Discovered()
+        self.named_keys: set[tuple[int, int]] = set()
+        self.seen: dict[tuple[int, int], int] = {}   # (st_dev, st_ino) -> index in out.files
+
+    def add(self, path: str, st: os.stat_result, is_link: bool) -> None:
+        """Keep one spelling per file: the first met, unless it is a symlink
+        and this one is the file itself."""
+        key = (st.st_dev, st.st_ino)
+        index = self.seen.get(key)
+        if index is None:
+            self.seen[key] = len(self.out.files)
+            self.out.files.append(path)
+        elif not is_link and os.path.islink(self.out.files[index]):
+            self.out.files[index] = path
 
     def excluded(self, path: str, is_dir: bool) -> bool:
         return bool(self.exclude) and matches_any(relative_posix(path, self.root), self.exclude, is_dir)
@@ -86,7 +105,8 @@ class _Walker:
                 self.out.problems.append(InputProblem(_display_dir(arg), "no Python files", fatal=False))
         elif stat.S_ISREG(st.st_mode):
             if not self.excluded(path, is_dir=False):
-                self.out.files.append(path)
+                self.named_keys.add((st.st_dev, st.st_ino))
+                self.add(path, st, os.path.islink(path))
         else:
             self.out.problems.append(InputProblem(arg, "not a regular file or directory", fatal=True))
 
@@ -116,14 +136,14 @@ class _Walker:
                 self.out.problems.append(InputProblem(path, _stat_problem(path, exc), fatal=True))
                 return
             if stat.S_ISREG(st.st_mode) and not self.excluded(path, is_dir=False):
-                self.out.files.append(path)
+                self.add(path, st, is_link=True)
             return
         if entry.is_dir(follow_symlinks=False):
             if not is_skipped_dir(entry.path, entry.name) and not self.excluded(path, is_dir=True):
                 subdirs.append(path)
         elif entry.name.endswith(".py") and entry.is_file(follow_symlinks=False):
             if not self.excluded(path, is_dir=False):
-                self.out.files.append(path)
+                self.add(path, entry.stat(follow_symlinks=False), is_link=False)
 
 
 def discover(paths: list[str] | tuple[str, ...], exclude: tuple[str, ...] = (), root: str | None = None) -> Discovered:
@@ -132,5 +152,6 @@ def discover(paths: list[str] | tuple[str, ...], exclude: tuple[str, ...] = (), 
     for arg in paths:
         walker.named(arg)
     result = walker.out
-    result.files = sorted(set(result.files))
+    result.named = frozenset(result.files[i] for key, i in walker.seen.items() if key in walker.named_keys)
+    result.files = sorted(result.files)
     return result

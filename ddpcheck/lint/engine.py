@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-from ddpcheck.findings import FileResult, Finding, PartialAnalysis, SourceError
+from ddpcheck.findings import ErrorKind, FileError, FileResult, Finding, SourceError
 from ddpcheck.parse.source import read_source
+from ddpcheck.parse.syntax import check_syntax
 from ddpcheck.settings import LintSettings
 
 
@@ -43,27 +44,70 @@ def might_have_findings(text: str) -> bool:
     return COLLECTIVE.search(text) is not None and RANK_TEST.search(text) is not None
 
 
-def lint_path(path: str, settings: LintSettings) -> FileResult:
-    """Lint one file; never raises for problems with the input."""
+def lint_path(path: str, settings: LintSettings, named: bool = False) -> FileResult:
+    """Lint one file; never raises for problems with the input.
+
+    `named`: the file was named on the command line (pre-commit passes
+    files by name), so a syntax error in it is reported even when the
+    prefilter would skip it."""
     try:
         text = read_source(path)
-        findings = lint_source(text, path, settings)
     except SourceError as exc:
-        return FileResult(path=path, error=str(exc))
-    except PartialAnalysis as exc:
-        from ddpcheck.lint.noqa import apply_noqa
+        return FileResult(path=path, error=exc.error)
+    return lint_text(text, path, settings, named)
 
-        return FileResult(path=path, findings=tuple(apply_noqa(exc.findings, text)), error=str(exc))
-    return FileResult(path=path, findings=tuple(findings))
+
+def lint_text(text: str, path: str, settings: LintSettings, named: bool = False) -> FileResult:
+    """All findings for one source text (a file, or stdin under
+    --stdin-filename), sorted, `# noqa` applied; the problem with the text,
+    if any, as a typed error."""
+    wanted = bool(settings.enabled) and might_have_findings(text)
+    if not wanted and not named:
+        return _noqa_only(text, path, settings)
+    try:
+        check_syntax(text, path)   # Python's verdict first: exact positions, and no libcst crash on what it refuses
+        if not wanted:
+            return _noqa_only(text, path, settings)
+        from ddpcheck.lint.analyze import analyze  # libcst import deferred: pre-filtered files never pay it
+
+        analysis = analyze(text, path, settings)
+    except SourceError as exc:
+        return FileResult(path=path, error=exc.error)
+    from ddpcheck.lint.noqa import apply_noqa
+
+    findings = tuple(apply_noqa(list(analysis.findings), text, settings.enabled, path))
+    error = None
+    if analysis.crashed:
+        crashed = ", ".join(str(c) for c in analysis.crashed)
+        error = FileError(ErrorKind.INTERNAL, f"internal error in {crashed}; please report this")
+    return FileResult(path=path, findings=findings, error=error, helpers=_helpers_read(path))
+
+
+def _noqa_only(text: str, path: str, settings: LintSettings) -> FileResult:
+    """A file no rule needs to parse: only its `# noqa` comments can be wrong
+    (DDP001: every `# noqa: DDPnnn` there suppresses nothing)."""
+    if not settings.enabled or "noqa" not in text.lower():
+        return FileResult(path=path)
+    from ddpcheck.lint.noqa import apply_noqa
+
+    return FileResult(path=path, findings=tuple(apply_noqa([], text, settings.enabled, path)))
+
+
+def _helpers_read(path: str) -> tuple[str, ...]:
+    import sys
+
+    if "ddpcheck.model.project" not in sys.modules:
+        return ()   # nothing was analysed in this process: no helper was read
+    from ddpcheck.model.project import ProjectIndex
+
+    return ProjectIndex.helpers_read(path)
 
 
 def lint_source(text: str, path: str, settings: LintSettings) -> list[Finding]:
-    """All findings for one source text, sorted, `# noqa` applied.
-
-    Raises SourceError for text that is not valid Python."""
-    if not settings.enabled or not might_have_findings(text):
-        return []
-    from ddpcheck.lint.analyze import analyze  # libcst import deferred: pre-filtered files never pay it
-    from ddpcheck.lint.noqa import apply_noqa
-
-    return apply_noqa(analyze(text, path, settings), text)
+    """All findings for one source text, sorted, `# noqa` applied (tests,
+    rule pages). Raises SourceError for text that is not valid Python and
+    when a rule crashed."""
+    result = lint_text(text, path, settings)
+    if result.error is not None:
+        raise SourceError.of(result.error)
+    return list(result.findings)

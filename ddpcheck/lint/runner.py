@@ -1,24 +1,50 @@
-"""Lint many files: in-process for a handful (a pre-commit run must feel
-instant, and starting workers costs more than linting three files), a forked
-process pool across cores for many. Results come back sorted by path, so the
-output never depends on scheduling."""
+"""Lint many files in worker processes, so that no input can take the run down.
+
+libcst's parser is native code: on a pathological input it can spin for
+minutes and then overflow its stack (a segfault, not an exception). So files
+are never parsed in ddpcheck's own process. A supervisor forks workers
+(one for a handful of files: a pre-commit run stays instant; one per core
+for many), sends each a batch of files and gets one result back per file, in
+order. When a worker dies, the file it was on is reported as crashed and the
+rest of its batch goes to a fresh worker; when a file runs past its time
+limit, its worker is killed and the file reported as timed out. Nothing is
+ever re-run in-process after a death. Results come back sorted by path, so
+the output never depends on scheduling.
+
+Where no worker process can be started at all (no fork, a sandbox refusing
+pipes or processes), files are linted in-process: Python's own parser still
+refuses up front what would crash libcst, but nothing bounds the time."""
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Sequence
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait
+from typing import NamedTuple, Sequence
 
 from ddpcheck.settings import LintSettings
 from ddpcheck.lint.engine import lint_path
-from ddpcheck.findings import FileResult
+from ddpcheck.findings import ErrorKind, FileError, FileResult
 
-# Below this many files the pool's start-up outweighs the parallelism.
+# Up to this many files one worker lints them all: starting more costs more
+# than linting a pre-commit's handful.
 IN_PROCESS_MAX_FILES = 16
+# Per-file time limit: generous for any real file (libcst parses ~10k lines
+# a second per core, a 1 MB file in a few seconds), short of the minutes a
+# pathological one can spin before it crashes.
+FILE_TIME_LIMIT_S = 60.0
+TIME_PER_MEGABYTE_S = 60.0
 
-Task = tuple[str, LintSettings]
+
+class LintTask(NamedTuple):
+    path: str
+    settings: LintSettings
+    named: bool = False   # named on the command line: a syntax error is reported whatever the prefilter says
 
 
 def default_jobs() -> int:
@@ -28,22 +54,17 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def lint_one(task: Task) -> FileResult:
-    """Lint one file; a crash inside ddpcheck becomes that file's error, not
-    the end of the whole run."""
-    path, settings = task
+def lint_one(task: LintTask) -> FileResult:
+    """Lint one file; a Python-level crash inside ddpcheck becomes that file's
+    error, not the end of the whole run."""
     try:
-        return lint_path(path, settings)
+        return lint_path(task.path, task.settings, task.named)
     except RecursionError:
-        return FileResult(path=path, error="too deeply nested for ddpcheck to analyse")
-    except Exception as exc:  # a bug in a rule must not hide the other files' findings
-        return FileResult(path=path, error=f"internal error ({type(exc).__name__}: {exc}); please report this")
-
-
-def _pool_context():
-    # fork: workers inherit the already-imported libcst and rules for free.
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods else None)
+        return FileResult(path=task.path, error=FileError(
+            ErrorKind.TOO_COMPLEX, "nested too deeply for ddpcheck to analyse"))
+    except Exception as exc:  # a bug in ddpcheck must not hide the other files' findings
+        return FileResult(path=task.path, error=FileError(
+            ErrorKind.INTERNAL, f"internal error ({type(exc).__name__}: {exc}); please report this"))
 
 
 def _size(path: str) -> int:
@@ -53,15 +74,19 @@ def _size(path: str) -> int:
         return 0  # unreadable: lint_one reports it, in no time
 
 
-def chunks_biggest_first(tasks: Sequence[Task], workers: int) -> list[list[Task]]:
+def time_limit_for(path: str, base: float = FILE_TIME_LIMIT_S) -> float:
+    return base + TIME_PER_MEGABYTE_S * _size(path) / 1e6
+
+
+def chunks_biggest_first(tasks: Sequence[LintTask], workers: int) -> list[list[LintTask]]:
     """Batches of tasks, biggest files first, each batch about 1/(16 x workers)
     of the bytes. Largest-first keeps one huge file from starting last and
     leaving the other workers idle; batching keeps the per-task overhead of
     the many small (mostly prefiltered-out) files low."""
     sized = sorted(((_size(t[0]), t) for t in tasks), key=lambda st: (-st[0], st[1][0]))
     budget = max(1, sum(size for size, _ in sized) // (workers * 16))
-    batches: list[list[Task]] = []
-    current: list[Task] = []
+    batches: list[list[LintTask]] = []
+    current: list[LintTask] = []
     current_bytes = 0
     for size, task in sized:
         if current and current_bytes + size > budget:
@@ -74,21 +99,221 @@ def chunks_biggest_first(tasks: Sequence[Task], workers: int) -> list[list[Task]
     return batches
 
 
-def lint_batch(batch: list[Task]) -> list[FileResult]:
-    return [lint_one(task) for task in batch]
+# --- the worker side -------------------------------------------------------------
+
+def _worker_main(conn) -> None:
+    # Ctrl-C goes to the whole process group: the supervisor handles it and
+    # ends its workers; a worker printing its own KeyboardInterrupt is noise.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A crash here is reported by the supervisor as one line; a fault
+    # handler inherited from the parent (pytest, PYTHONFAULTHANDLER) would
+    # add a C-level traceback to the user's terminal.
+    faulthandler.disable()
+    while True:
+        try:
+            batch = conn.recv()
+        except (EOFError, OSError):
+            return
+        if batch is None:
+            return
+        for task in batch:
+            conn.send(lint_one(task))
 
 
-def lint_files(tasks: Sequence[Task], jobs: int) -> list[FileResult]:
-    tasks = sorted(tasks, key=lambda t: t[0])
-    if jobs <= 1 or len(tasks) <= IN_PROCESS_MAX_FILES:
-        return [lint_one(t) for t in tasks]
-    workers = min(jobs, len(tasks))
+# --- the supervisor side ---------------------------------------------------------
+
+def _signal_name(number: int) -> str:
     try:
-        with ProcessPoolExecutor(max_workers=workers, mp_context=_pool_context()) as pool:
-            futures = [pool.submit(lint_batch, batch) for batch in chunks_biggest_first(tasks, workers)]
-            results = [result for future in futures for result in future.result()]
-    except (BrokenProcessPool, OSError):
-        # No usable process pool (sandbox without /dev/shm, a worker killed):
-        # still give an answer, just a slower one.
-        results = [lint_one(t) for t in tasks]
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+    described = {"SIGSEGV": "segmentation fault", "SIGKILL": "killed, perhaps out of memory",
+                 "SIGABRT": "aborted", "SIGBUS": "bus error"}.get(name)
+    return f"{name}: {described}" if described else name
+
+
+def crash_error(exitcode: int | None) -> FileError:
+    # Only native code can make a Python process die of a signal, and the
+    # only native code on the lint path is the parser (libcst's, CPython's).
+    if exitcode is not None and exitcode < 0:
+        how = f"killed by {_signal_name(-exitcode)}"
+    else:
+        how = f"the worker exited with status {exitcode}"
+    return FileError(ErrorKind.CRASHED, f"the parser crashed on this file ({how}); the other files were linted")
+
+
+def timeout_error(limit: float) -> FileError:
+    return FileError(ErrorKind.TIMED_OUT, f"gave up after {limit:.0f} s (the per-file time limit); "
+                                          "the other files were linted")
+
+
+@dataclass
+class _Worker:
+    process: multiprocessing.process.BaseProcess
+    conn: object
+    batch: deque = field(default_factory=deque)   # sent, result not back yet, in order
+    started: float = 0.0                          # when the file now in flight started
+
+    def send(self, batch: list[LintTask]) -> None:
+        self.batch = deque(batch)
+        self.started = time.monotonic()
+        self.conn.send(batch)
+
+    def stop(self, kill: bool = False) -> None:
+        try:
+            if kill:
+                self.process.kill()
+            else:
+                self.conn.send(None)
+        except (OSError, ValueError):
+            pass
+        self.conn.close()
+        self.process.join(timeout=None if kill else 5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+
+
+def _fork_context():
+    # fork: workers inherit the already-imported libcst and rules for free.
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return None
+    return multiprocessing.get_context("fork")
+
+
+def _start_worker(ctx) -> _Worker:
+    parent_end, child_end = ctx.Pipe(duplex=True)
+    process = ctx.Process(target=_worker_main, args=(child_end,), daemon=True, name="ddpcheck-lint")
+    process.start()
+    child_end.close()
+    return _Worker(process, parent_end)
+
+
+class _Supervisor:
+    def __init__(self, ctx, batches: list[list[LintTask]], workers: int, time_limit: float) -> None:
+        self.ctx = ctx
+        self.pending: deque[list[LintTask]] = deque(batches)
+        self.limit = time_limit
+        self.results: dict[str, FileResult] = {}
+        self.workers: list[_Worker] = []
+        try:
+            for _ in range(min(workers, len(batches))):
+                self.workers.append(_start_worker(ctx))
+        except OSError:
+            self._stop_all()
+            raise
+
+    def run(self) -> list[FileResult]:
+        try:
+            for index in range(len(self.workers)):
+                self._feed(index)
+            while any(w.batch for w in self.workers):
+                self._step()
+        except OSError as exc:
+            # A replacement worker could not be started (out of processes,
+            # out of memory): the files not linted yet are reported as such,
+            # never re-run in this process after a death.
+            self._give_up(f"not linted: no worker process could be started ({exc.strerror or exc})")
+        finally:
+            self._stop_all()
+        return list(self.results.values())
+
+    def _stop_all(self) -> None:
+        for worker in self.workers:
+            worker.stop(kill=bool(worker.batch))
+
+    def _give_up(self, message: str) -> None:
+        left = [t for w in self.workers for t in w.batch] + [t for batch in self.pending for t in batch]
+        for task in left:
+            self.results.setdefault(task.path, FileResult(path=task.path, error=FileError(ErrorKind.CRASHED, message)))
+        for worker in self.workers:
+            worker.batch.clear()
+        self.pending.clear()
+
+    def _feed(self, index: int, batch: list[LintTask] | None = None) -> None:
+        """Send `batch` (else the next pending one) to worker `index`; a worker
+        found dead before it started is replaced (a few times at most)."""
+        if batch is None:
+            if not self.pending:
+                return
+            batch = self.pending.popleft()
+        for _ in range(3):
+            try:
+                self.workers[index].send(batch)
+                return
+            except (OSError, ValueError):
+                self.workers[index].batch.clear()
+                self.workers[index].stop(kill=True)
+                self.workers[index] = _start_worker(self.ctx)
+        raise OSError("worker processes die before they start")
+
+    def _limit_for(self, task: LintTask) -> float:
+        return time_limit_for(task.path, self.limit)
+
+    def _step(self) -> None:
+        busy = [w for w in self.workers if w.batch]
+        now = time.monotonic()
+        next_deadline = min(w.started + self._limit_for(w.batch[0]) for w in busy)
+        ready = set(wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
+                         timeout=max(0.0, next_deadline - now)))
+        for index, worker in enumerate(self.workers):
+            if not worker.batch:
+                continue
+            if worker.conn in ready and self._receive(worker):
+                if not worker.batch:
+                    self._feed(index)
+                continue
+            if worker.process.sentinel in ready or worker.conn in ready:
+                # Died (or its pipe broke) with a file in flight.
+                self._replace(index, crash_error(self._exitcode(worker)))
+            elif time.monotonic() - worker.started > self._limit_for(worker.batch[0]):
+                self._replace(index, timeout_error(self._limit_for(worker.batch[0])))
+
+    def _receive(self, worker: _Worker) -> bool:
+        """Take every result the worker has sent; False if its pipe is at an end."""
+        try:
+            while worker.batch and worker.conn.poll():
+                result = worker.conn.recv()
+                task = worker.batch.popleft()
+                self.results[task.path] = result
+                worker.started = time.monotonic()
+        except Exception:  # EOF, a broken pipe, a result cut short by the death
+            return False
+        return True
+
+    @staticmethod
+    def _exitcode(worker: _Worker) -> int | None:
+        worker.process.join(timeout=5)
+        return worker.process.exitcode
+
+    def _replace(self, index: int, error: FileError) -> None:
+        """Report the file in flight, hand the rest of its batch to a fresh worker."""
+        worker = self.workers[index]
+        task = worker.batch.popleft()
+        self.results[task.path] = FileResult(path=task.path, error=error)
+        rest = list(worker.batch)
+        worker.batch.clear()
+        worker.stop(kill=True)
+        self.workers[index] = _start_worker(self.ctx)
+        self._feed(index, rest or None)
+
+
+def lint_files(tasks: Sequence[LintTask | tuple], jobs: int, time_limit: float = FILE_TIME_LIMIT_S) -> list[FileResult]:
+    """Every task's result, sorted by path; one result per task whatever happens
+    to the processes linting them."""
+    tasks = sorted((LintTask(*t) for t in tasks), key=lambda t: t.path)
+    if not tasks:
+        return []
+    ctx = _fork_context()
+    workers = 1 if jobs <= 1 or len(tasks) <= IN_PROCESS_MAX_FILES else min(jobs, len(tasks))
+    batches = [list(tasks)] if workers == 1 else chunks_biggest_first(tasks, workers)
+    supervisor = None
+    if ctx is not None:
+        if workers > 1:
+            import ddpcheck.lint.analyze  # noqa: F401  (imported once here, inherited by every worker)
+        try:
+            supervisor = _Supervisor(ctx, batches, workers, time_limit)
+        except OSError:
+            supervisor = None  # no process can be started here (a sandbox); nothing was linted yet
+    results = supervisor.run() if supervisor is not None else [lint_one(t) for t in tasks]
     return sorted(results, key=lambda r: r.path)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import libcst as cst
 
 from ddpcheck.settings import LintSettings
 
@@ -20,6 +19,11 @@ _CACHE: dict[str, object] = {}
 # counts as unseen (rules stay silent about what it does).
 MAX_HELPER_BYTES = 120_000
 _FOUND: dict[tuple[str, str, int], "Path | None"] = {}
+# Which local module each file's analysis found through its imports (absolute
+# paths), kept for the life of the process: a helper's memoised queries do not
+# look their imports up again for the next script, but the edge stays here.
+# The result cache keys a script's findings on everything reachable from it.
+_IMPORT_EDGES: dict[str, set[str]] = {}
 
 # Libraries are not "helpers in the tree": when ddpcheck lints a checkout that
 # vendors or sits next to them (or torch's own source), their modules are
@@ -56,7 +60,10 @@ class ProjectIndex:
         key = (str(Path(from_path).parent), module, level)
         if key not in _FOUND:
             _FOUND[key] = self._find_module(from_path, module, level)
-        return _FOUND[key]
+        found = _FOUND[key]
+        if found is not None:
+            _IMPORT_EDGES.setdefault(os.path.abspath(from_path), set()).add(os.path.abspath(found))
+        return found
 
     def _find_module(self, from_path: str, module: str, level: int) -> Path | None:
         parts = [p for p in module.split(".") if p]
@@ -80,6 +87,7 @@ class ProjectIndex:
             return cached[1]
         from ddpcheck.model.builder import build_model
         from ddpcheck.parse.source import read_source
+        from ddpcheck.parse.syntax import parse_checked
         from ddpcheck.findings import SourceError
 
         model = None
@@ -87,13 +95,30 @@ class ProjectIndex:
             text = read_source(key)
             if len(text) > MAX_HELPER_BYTES:
                 raise SourceError("too large for a helper module")
-            module = cst.parse_module(text)
+            # Read and parsed as the linted files are (encoding cookies,
+            # Python's own check first, so nothing it refuses reaches libcst).
+            module = parse_checked(text, key)
             model = build_model(key, module, self.settings)
             model.project = self
-        except (SourceError, cst.ParserSyntaxError, RecursionError):
+        except (SourceError, RecursionError):
             model = None
         _CACHE[key] = (stamp, model)
         return model
+
+    # -- what an analysis read ---------------------------------------------------
+    @staticmethod
+    def helpers_read(path: str) -> tuple[str, ...]:
+        """The local modules the analysis of `path` found through its imports,
+        directly or through other helpers (absolute paths, sorted)."""
+        start = os.path.abspath(path)
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for found in _IMPORT_EDGES.get(todo.pop(), ()):
+                if found not in seen and found != start:
+                    seen.add(found)
+                    todo.append(found)
+        return tuple(sorted(seen))
 
     # -- resolving names ----------------------------------------------------------
     def resolve_function(self, from_path: str, module: str, level: int, name: str, depth: int = 0):

@@ -1,10 +1,15 @@
-"""Reading a Python source file as text; a leaf module (no libcst, no torch)."""
+"""Reading a Python source file as text the way Python itself does: a UTF-8
+BOM or a PEP 263 coding cookie (`# -*- coding: latin-1 -*-`) picks the
+encoding, UTF-8 otherwise. A leaf module (no libcst, no torch)."""
 
 from __future__ import annotations
 
+import codecs
+import io
+import tokenize
 from pathlib import Path
 
-from ddpcheck.findings import SourceError
+from ddpcheck.findings import ErrorKind, SourceError
 
 
 def read_source(path: str) -> str:
@@ -20,9 +25,24 @@ def read_source(path: str) -> str:
         raise SourceError("permission denied") from None
     except OSError as exc:  # symlink loops, I/O errors
         raise SourceError(exc.strerror or str(exc)) from None
+    return decode_source(data)
+
+
+def decode_source(data: bytes) -> str:
+    """Source bytes -> text, by the rules of PEP 263 and PEP 3120."""
     if b"\x00" in data:
         raise SourceError("binary file (contains NUL bytes), not Python source")
     try:
-        return data.decode("utf-8-sig")
+        # 'utf-8-sig' for a BOM, the cookie's (normalised) name, else 'utf-8'.
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as exc:  # unknown encoding in the cookie, a BOM contradicting it
+        raise SourceError(f"bad coding declaration ({exc.msg})",
+                          ErrorKind.ENCODING) from None
+    try:
+        return data.decode(encoding)
     except UnicodeDecodeError as exc:
-        raise SourceError(f"not valid UTF-8 (byte {exc.start}: {data[exc.start:exc.start + 1]!r})") from None
+        line = data.count(b"\n", 0, exc.start) + 1
+        name = "UTF-8" if codecs.lookup(encoding).name in ("utf-8", "utf-8-sig") else encoding
+        raise SourceError(f"not valid {name} (line {line}, byte {data[exc.start]:#04x})", ErrorKind.ENCODING) from None
+    except LookupError:  # detect_encoding checks the name, but a codec can still be missing
+        raise SourceError(f"unknown encoding {encoding!r}", ErrorKind.ENCODING) from None

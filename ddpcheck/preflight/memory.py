@@ -349,7 +349,7 @@ def run(spec: dict, group, progress) -> dict:
         model = factory()
         if not isinstance(model, nn.Module):
             err = {"type": "TypeError",
-                   "message": f"returned a {type(model).__name__}, not a torch.nn.Module"}
+                   "message": f"returned {modelspec.with_article(type(model).__name__)}, not a torch.nn.Module"}
     except Exception as exc:
         err = {"type": type(exc).__name__, "message": collectives.first_line(exc)}
     votes = collectives.agree(group, "model built", ok=err is None, info=err)

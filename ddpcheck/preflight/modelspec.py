@@ -18,6 +18,11 @@ class SpecError(ValueError):
     """A reference or shape the user gave cannot be used (a usage error)."""
 
 
+def with_article(noun: str) -> str:
+    """"an int", "a list": for messages naming a type."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
 def split_ref(text: str, option: str) -> tuple[str, str]:
     """``'pkg.models:build'`` -> ``('pkg.models', 'build')``; also ``path/file.py:build``."""
     if not text or text.count(":") < 1:
@@ -79,7 +84,7 @@ def load_ref(text: str, option: str = "--model") -> Callable:
     except AttributeError:
         raise SpecError(f"{option} {text!r}: {module} has no attribute {name!r}") from None
     if not callable(obj):
-        raise SpecError(f"{option} {text!r}: {module}.{name} is a {type(obj).__name__}, "
+        raise SpecError(f"{option} {text!r}: {module}.{name} is {with_article(type(obj).__name__)}, "
                         f"not a function") from None
     return obj
 

@@ -11,6 +11,7 @@ from ddpcheck.model.script import CallSite, Loop, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import LoaderInfo, SamplerInfo, loaders
 from ddpcheck.findings import Severity
+from ddpcheck.rules.autofix import set_epoch_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 _SAMPLER_ATTRS = ("sampler", "batch_sampler")
@@ -20,7 +21,9 @@ _SAMPLER_ATTRS = ("sampler", "batch_sampler")
 class MissingSetEpoch(Rule):
     code = "DDP101"
     name = "missing-set-epoch"
+    short = "DistributedSampler never gets `set_epoch()`: every epoch replays the same order"
     severity = Severity.ERROR
+    fixable = True
     message = (
         "DistributedSampler is iterated every epoch but set_epoch() is never called: "
         "its shuffle is seeded with the epoch, so every epoch replays the same order"
@@ -64,6 +67,8 @@ class MissingSetEpoch(Rule):
                          if p.iter_call is None else
                          f"call `{sampler}.set_epoch(n)` with a counter that grows each time `iter({held})` is "
                          "remade, right before remaking it"),
+                    edit=(set_epoch_edit(model, p.epoch, sampler, loader.site.arg("sampler", 3))
+                          if p.epoch_model is model and p.iter_call is None and loader.model is model else None),
                 )
 
 

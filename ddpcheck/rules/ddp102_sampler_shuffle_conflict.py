@@ -10,6 +10,7 @@ from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import exclusive, is_api_call, loaders, origins
 from ddpcheck.findings import Severity
+from ddpcheck.rules.autofix import shuffle_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -79,7 +80,9 @@ def _short(text: str) -> str:
 class SamplerShuffleConflict(Rule):
     code = "DDP102"
     name = "sampler-shuffle-conflict"
+    short = "`shuffle=True` with a sampler: DataLoader raises ValueError"
     severity = Severity.ERROR
+    fixable = True
     message = ("DataLoader gets both a sampler and shuffle=True: it raises "
                "`ValueError: sampler option is mutually exclusive with shuffle`")
     fix = "pass `shuffle=(sampler is None)`: the sampler (a DistributedSampler shuffles by itself) decides the order"
@@ -98,7 +101,8 @@ class SamplerShuffleConflict(Rule):
                 value = _may_hold(model, expr, scope, site.ctx)
                 if value is None:
                     continue
-                yield Hit(shuffle, message=self._message(model, kw, expr, value), fix=self._fix(model, kw, expr))
+                yield Hit(shuffle, message=self._message(model, kw, expr, value), fix=self._fix(model, kw, expr),
+                          edit=shuffle_edit(site, shuffle, expr))
                 break
 
     def _message(self, model: ScriptModel, kw: str, expr, value) -> str:

@@ -32,6 +32,7 @@ def _name(expr: cst.BaseExpression) -> str | None:
 class UndividedBatch(Rule):
     code = "DDP103"
     name = "undivided-batch"
+    short = "global batch size used as the per-process batch"
     severity = Severity.WARNING
     message = "a global batch size is used as the per-process batch of a DistributedSampler loader"
     fix = "divide it by the world size: `batch_size = global_batch_size // dist.get_world_size()`"

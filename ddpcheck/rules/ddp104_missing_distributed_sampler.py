@@ -104,6 +104,7 @@ def _self_sharded(model: ScriptModel, loader: LoaderInfo) -> bool:
 class MissingDistributedSampler(Rule):
     code = "DDP104"
     name = "missing-distributed-sampler"
+    short = "training DataLoader has no DistributedSampler: every rank sees all the data"
     severity = Severity.WARNING
     message = ("the model is wrapped in DistributedDataParallel but the training DataLoader has no "
                "DistributedSampler: every rank iterates the whole data set")

@@ -51,6 +51,7 @@ def _aware(model: ScriptModel, loader: LoaderInfo) -> bool:
 class EvalSamplerPadding(Rule):
     code = "DDP105"
     name = "eval-sampler-padding"
+    short = "eval DistributedSampler pads with repeated samples: metrics count them twice"
     severity = Severity.INFO
     message = ("the evaluation loader uses a DistributedSampler without drop_last: it pads the data set with "
                "repeated samples so every rank gets the same count, and metrics count those samples twice")

@@ -100,6 +100,7 @@ def first_report(m: ScriptModel, ll: LoaderLoop, tokens: set[str]) -> tuple[cst.
 class UnreducedMetric(Rule):
     code = "DDP106"
     name = "unreduced-metric"
+    short = "metric from one rank's shard reported without an all_reduce"
     severity = Severity.WARNING
     message = ("an evaluation metric accumulated over a DistributedSampler shard is reported without "
                "a reduction across ranks: it describes one rank's share of the data")

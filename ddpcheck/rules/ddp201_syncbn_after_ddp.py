@@ -8,6 +8,7 @@ from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import exclusive, is_ddp_wrap, origins, wraps_before
 from ddpcheck.findings import Severity
+from ddpcheck.rules.autofix import convert_first_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -22,7 +23,9 @@ def is_syncbn_conversion(site) -> bool:
 class SyncBNAfterDDP(Rule):
     code = "DDP201"
     name = "syncbn-after-ddp"
+    short = "SyncBatchNorm conversion after the DDP wrap"
     severity = Severity.WARNING
+    fixable = True
     message = "SyncBatchNorm conversion runs after the model was wrapped in DistributedDataParallel"
     fix = "convert first, then wrap: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before `DDP(model, ...)`"
 
@@ -36,14 +39,15 @@ class SyncBNAfterDDP(Rule):
             if any(is_ddp_wrap(m, o) for m, o in origins(model, arg, site.ctx.function)
                    if o.node is arg or m is not model
                    or (o.ctx.order < site.ctx.order and not exclusive(o.ctx, site.ctx))):
-                yield Hit(site.node, message=self._message(dotted_name(arg) or "the model"))
+                yield Hit(site.node, message=self._message(dotted_name(arg) or "the model"),
+                          edit=convert_first_edit(model, site, dotted_name(arg)))
                 continue
             key = dotted_name(arg)
             if key is None:
                 continue
             key = key.removesuffix(".module")
             if wraps_before(model, key, site, kind="DistributedDataParallel"):
-                yield Hit(site.node, message=self._message(key))
+                yield Hit(site.node, message=self._message(key), edit=convert_first_edit(model, site, key))
 
     def _message(self, name: str) -> str:
         return (f"`{name}` is converted to SyncBatchNorm after it was wrapped in DistributedDataParallel: "

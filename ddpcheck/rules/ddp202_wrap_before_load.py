@@ -42,6 +42,7 @@ def _saves_wrapper_state(model: ScriptModel, key: str, wrap_order: int) -> bool:
 class WrapBeforeLoad(Rule):
     code = "DDP202"
     name = "wrap-before-load"
+    short = "weights loaded into the DDP/DataParallel wrapper instead of the model"
     severity = Severity.ERROR
     message = "weights are loaded into the DataParallel/DDP wrapper instead of the model it wraps"
     fix = "load the weights before wrapping, or load into `model.module` (keep a `model_without_ddp = model.module`)"

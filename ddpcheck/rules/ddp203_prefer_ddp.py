@@ -14,6 +14,7 @@ from ddpcheck.rules.base import Hit, Rule, register
 class PreferDDP(Rule):
     code = "DDP203"
     name = "prefer-ddp"
+    short = "nn.DataParallel: prefer DistributedDataParallel (one process per GPU)"
     severity = Severity.INFO
     message = (
         "nn.DataParallel runs one process with one thread per GPU: the Python side is bound by the GIL, "

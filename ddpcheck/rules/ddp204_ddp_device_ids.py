@@ -26,6 +26,7 @@ def _cpu_only(model: ScriptModel) -> bool:
 class DDPDeviceIds(Rule):
     code = "DDP204"
     name = "ddp-device-ids"
+    short = "DDP without `device_ids` and no `set_device`: every rank uses GPU 0"
     severity = Severity.WARNING
     message = ("a CUDA model is wrapped in DistributedDataParallel without `device_ids` in a script that never "
                "calls `torch.cuda.set_device`: the current device stays GPU 0 in every process")

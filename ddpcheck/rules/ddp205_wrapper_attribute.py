@@ -74,6 +74,7 @@ class WrapperAttribute(Rule):
     code = "DDP205"
     name = "wrapper-attribute"
     severity = Severity.ERROR
+    short = "user attribute reached through the DDP wrapper: AttributeError"
     message = ("a method or attribute of the model is reached through the DDP/DataParallel wrapper, which does "
                "not forward it: AttributeError at run time")
     fix = "reach it through the wrapped model: `model.module.X` (or keep `model_without_ddp = model.module`)"

@@ -70,6 +70,7 @@ def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0,
 class UnguardedSave(Rule):
     code = "DDP301"
     name = "unguarded-save"
+    short = "checkpoint/log written by every rank: guard it with a rank-0 check"
     severity = Severity.WARNING
     message = "checkpoint/log write reached on every rank"
     fix = ("guard it so only rank 0 writes: `if dist.get_rank() == 0:` (or your `is_main_process()` helper), "
@@ -97,6 +98,6 @@ class UnguardedSave(Rule):
             inner = writes_on_every_rank(*target, caller=(model, site))
             if inner is not None and other_ranks_reach(model, site.ctx):
                 yield Hit(site.node, message=(
-                    f"`{site.func}(...)` ({os.path.basename(target[0].path)}) writes with `{inner.func}(...)` without a rank guard, "
+                    f"`{site.func}(...)` ({os.path.relpath(target[0].path)}) writes with `{inner.func}(...)` without a rank guard, "
                     f"and this call runs on every rank: {_WHY.get(checkpoint_write(inner) or 'save')}"
                 ))

@@ -15,6 +15,7 @@ from ddpcheck.model.flow import argument_expr
 from ddpcheck.model.saves import STRIPS_MODULE_PREFIX, is_save_sink, saved_state_dicts
 from ddpcheck.model.wrappers import strips_prefix, tells_wrapper_apart, wrapper_in
 from ddpcheck.findings import Severity
+from ddpcheck.rules.autofix import unwrap_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -36,7 +37,9 @@ def _saved(model: ScriptModel, sink: CallSite) -> list[CallSite]:
 class WrappedStateDict(Rule):
     code = "DDP302"
     name = "wrapped-state-dict"
+    short = "wrapper's state_dict saved: keys get a `module.` prefix"
     severity = Severity.WARNING
+    fixable = True
     message = ("the state_dict of the DDP/DataParallel wrapper is saved: every key gets a `module.` prefix, "
                "so the checkpoint does not load into the plain model")
     fix = "save `model.module.state_dict()` (keep `model_without_ddp = model.module` after wrapping)"
@@ -59,7 +62,8 @@ class WrappedStateDict(Rule):
                     continue
                 w, via = found
                 reported.add(id(sd.node))
-                yield self._hit(model, sd.node, key, w, via)
+                yield self._hit(model, sd.node, key, w, via,
+                                edit=unwrap_edit(model, sd, key, w.site) if via is None else None)
             yield from self._through_helper(model, sink, reported)
 
     def _through_helper(self, model: ScriptModel, sink: CallSite, reported: set[int]) -> Iterator[Hit]:
@@ -81,7 +85,7 @@ class WrappedStateDict(Rule):
                             helper=f"{fn.name}() ({os.path.basename(tmodel.path)})")
 
     def _hit(self, model: ScriptModel, node: cst.CSTNode, key: str, w, via: CallSite | None,
-             helper: str | None = None) -> Hit:
+             helper: str | None = None, edit=None) -> Hit:
         kinds = {x.kind for x in wraps(model) if x.key == w.key}
         kind = "DistributedDataParallel or DataParallel" if len(kinds) > 1 else w.kind
         shown = w.key or key
@@ -98,7 +102,7 @@ class WrappedStateDict(Rule):
             "load into an unwrapped model (single-GPU evaluation, export, fine-tuning) without renaming its keys, "
             "and loading it back needs the same wrapper"
         ), fix=(f"save `{shown}.module.state_dict()`, or keep `{shown}_without_ddp = {shown}.module` right after "
-                "wrapping and save (and load) through it, as torchvision's references do"))
+                "wrapping and save (and load) through it, as torchvision's references do"), edit=edit)
 
 
 def saved_params(model: ScriptModel, fn: FunctionInfo) -> list[str]:

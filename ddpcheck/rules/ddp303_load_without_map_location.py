@@ -14,6 +14,7 @@ from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.values import exclusive
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
+from ddpcheck.rules.autofix import map_location_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 TORCH_LOAD = ("torch.load", "torch.serialization.load")
@@ -96,7 +97,9 @@ def _mapped_in_other_arm(model: ScriptModel, site, mapped) -> bool:
 class LoadWithoutMapLocation(Rule):
     code = "DDP303"
     name = "load-without-map-location"
+    short = "torch.load without map_location on every rank: all load onto GPU 0"
     severity = Severity.WARNING
+    fixable = True
     message = ("torch.load without map_location on every rank: tensors come back on the GPU they were saved "
                "from (usually cuda:0), so every process allocates the checkpoint on GPU 0")
     fix = ('pass `map_location="cpu"` (then `load_state_dict` copies to each rank\'s GPU), or '
@@ -120,4 +123,4 @@ class LoadWithoutMapLocation(Rule):
                 "full copy of the checkpoint on GPU 0 before `load_state_dict` copies it over: GPU 0 runs out of "
                 "memory or is slowed down by the other ranks' copies"
             ), fix=(f'load to CPU, as torchvision\'s references do: `{site.func}({what}, map_location="cpu")` '
-                    '(or `map_location=f"cuda:{local_rank}"`)'))
+                    '(or `map_location=f"cuda:{local_rank}"`)'), edit=map_location_edit(model, site))

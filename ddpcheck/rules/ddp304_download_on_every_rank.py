@@ -29,6 +29,7 @@ class DownloadOnEveryRank(Rule):
     code = "DDP304"
     name = "download-on-every-rank"
     severity = Severity.WARNING
+    short = "data set download run by every rank at once"
     message = ("a download runs on every rank at once: N processes write and extract the same archive "
                "into the same folder, and a rank can read a half-written file")
     fix = ("let rank 0 download first: `if rank != 0: dist.barrier()` before it and `if rank == 0: "

@@ -29,6 +29,7 @@ class CompiledStateDict(Rule):
     code = "DDP306"
     name = "compiled-state-dict"
     severity = Severity.WARNING
+    short = "state_dict of a torch.compile result saved: keys get `_orig_mod.`"
     message = ("the state_dict of a `torch.compile(model)` result is saved: every key gets an `_orig_mod.` "
                "prefix, so the checkpoint does not load into the plain model")
     fix = ("save the original module's weights: `model._orig_mod.state_dict()` (or keep a reference to the "

@@ -25,6 +25,7 @@ class MakedirsRace(Rule):
     code = "DDP307"
     name = "makedirs-race"
     severity = Severity.WARNING
+    short = "folder created on every rank without `exist_ok=True`: FileExistsError"
     message = ("a folder is created on every rank without `exist_ok=True`: the ranks race, and all but the "
                "first raise FileExistsError")
     fix = ("pass `exist_ok=True` (`os.makedirs(d, exist_ok=True)`, `Path(d).mkdir(parents=True, exist_ok=True)`), "

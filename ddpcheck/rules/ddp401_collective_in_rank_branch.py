@@ -21,6 +21,7 @@ def _guard(model: ScriptModel, event: Event) -> str:
 class CollectiveInRankBranch(Rule):
     code = "DDP401"
     name = "collective-in-rank-branch"
+    short = "collective reached by only some ranks: the job hangs"
     severity = Severity.ERROR
     message = "a collective is reached by only some ranks: the others never join it and the job hangs"
     fix = ("call it on every rank (move it out of the rank test), or pair it: `if rank != 0: dist.barrier()` "

@@ -8,6 +8,7 @@ from ddpcheck.model.distributed import is_init_call, script_destroys
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.reach import script_reaches
 from ddpcheck.findings import Severity
+from ddpcheck.rules.autofix import destroy_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -15,7 +16,9 @@ from ddpcheck.rules.base import Hit, Rule, register
 class MissingDestroy(Rule):
     code = "DDP402"
     name = "missing-destroy"
+    short = "process group never destroyed"
     severity = Severity.INFO
+    fixable = True
     message = (
         "the process group started here is never destroyed: PyTorch warns about it at exit, pending NCCL "
         "operations are not waited for, and a rank that exits first can block the others"
@@ -33,4 +36,4 @@ class MissingDestroy(Rule):
                 "(no `destroy_process_group()` here or in a helper it calls): since PyTorch 2.4 every rank "
                 "prints a warning about it at exit, pending NCCL operations are not waited for, and in rare "
                 "cases a rank that exits first blocks the others' progress"
-            ))
+            ), edit=destroy_edit(model, site))

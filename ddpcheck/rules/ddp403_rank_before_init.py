@@ -69,6 +69,7 @@ def _steps(model: ScriptModel, fn: FunctionInfo | None) -> list[_Step]:
 class RankBeforeInit(Rule):
     code = "DDP403"
     name = "rank-before-init"
+    short = "rank/world size or a collective used before init_process_group"
     severity = Severity.ERROR
     message = ("`get_rank()` / `get_world_size()` / a collective runs before init_process_group: torch raises "
                "\"Default process group has not been initialized\"")

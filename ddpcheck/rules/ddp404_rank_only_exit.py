@@ -23,6 +23,7 @@ class RankOnlyExit(Rule):
     code = "DDP404"
     name = "rank-only-exit"
     severity = Severity.ERROR
+    short = "only some ranks leave a loop that runs a collective: hang"
     message = ("only some ranks leave a loop whose iterations run a collective: the others wait in the next "
                "iteration's collective forever")
     fix = ("decide on every rank: compute the flag on rank 0, share it (`stop = torch.tensor(int(flag), "

@@ -9,6 +9,7 @@ from ddpcheck.model.distributed import starts_own_workers
 from ddpcheck.model.env import env_reads
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Severity
+from ddpcheck.rules.autofix import local_rank_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 def reads_local_rank_env(model: ScriptModel) -> bool:
@@ -55,7 +56,9 @@ def _known_args_only(model: ScriptModel) -> bool:
 class LocalRankArg(Rule):
     code = "DDP501"
     name = "local-rank-arg"
+    short = "only `--local_rank` accepted: torch>=2.0 passes `--local-rank`"
     severity = Severity.ERROR
+    fixable = True
     message = (
         "the script only accepts `--local_rank`: torch>=2.0's `torch.distributed.launch` passes "
         "`--local-rank=N` (argparse exits with \"unrecognized arguments\") and torchrun passes nothing, "
@@ -85,7 +88,7 @@ class LocalRankArg(Rule):
                     f"environment: {refused}, and under torchrun `args.{o.dest}` stays `{default}` on every "
                     f"process (every rank picks the same GPU, or the script does not even go distributed); "
                     f"{LAUNCHERS}"
-                ))
+                ), edit=local_rank_edit(o.site))
             elif not known_only:
                 why = ("the value is read from LOCAL_RANK too" if env_fallback and used else
                        "the local rank comes from the environment" if env_fallback else "nothing reads the value")
@@ -94,4 +97,4 @@ class LocalRankArg(Rule):
                     f"`python -m torch.distributed.launch` of torch>=2.0 passes `--local-rank=N` and every "
                     f"process exits at start with \"unrecognized arguments: --local-rank=0\"; {LAUNCHERS}"
                 ), fix=("accept both spellings: `parser.add_argument(\"--local-rank\", \"--local_rank\", "
-                        "type=int, default=int(os.environ.get(\"LOCAL_RANK\", -1)))`"))
+                        "type=int, default=int(os.environ.get(\"LOCAL_RANK\", -1)))`"), edit=local_rank_edit(o.site))

@@ -83,6 +83,7 @@ def launches_processes_after(model: ScriptModel, ctx: Ctx, depth: int = 0) -> Ca
 class LateCudaVisibleDevices(Rule):
     code = "DDP502"
     name = "late-cuda-visible-devices"
+    short = "CUDA_VISIBLE_DEVICES set after CUDA initialised: it has no effect"
     severity = Severity.WARNING
     message = ("CUDA_VISIBLE_DEVICES is set after CUDA was initialised: the driver reads it once, at "
                "initialisation, so this assignment changes nothing")

@@ -15,6 +15,7 @@ from ddpcheck.rules.base import Hit, Rule, register
 class MissingSetDevice(Rule):
     code = "DDP503"
     name = "missing-set-device"
+    short = "NCCL without `torch.cuda.set_device`: every rank uses GPU 0"
     severity = Severity.WARNING
     message = ("an NCCL process group is started without `torch.cuda.set_device(local_rank)` while tensors "
                "go to a bare \"cuda\": every rank uses GPU 0")

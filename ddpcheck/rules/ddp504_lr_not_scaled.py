@@ -103,6 +103,7 @@ def _optimizers(model: ScriptModel) -> Iterator[tuple[CallSite, cst.BaseExpressi
 class LrNotScaled(Rule):
     code = "DDP504"
     name = "lr-not-scaled"
+    short = "batch grows with the GPU count but the learning rate is not scaled"
     severity = Severity.INFO
     message = ("the effective batch grows with the number of GPUs (per-GPU batch x world size) but the learning "
                "rate is used unchanged from the config")

@@ -18,6 +18,7 @@ class GlobalRankAsDevice(Rule):
     code = "DDP505"
     name = "global-rank-as-device"
     severity = Severity.WARNING
+    short = "global rank used as the GPU index: fails on a second node"
     message = ("the global rank picks the GPU: on one node it equals the local rank, on a second node rank 8 "
                "asks for GPU 8 of a machine that has 8 (\"invalid device ordinal\")")
     fix = ("pick the GPU with the rank local to the node: `local_rank = int(os.environ[\"LOCAL_RANK\"])` "

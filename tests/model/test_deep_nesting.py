@@ -17,7 +17,7 @@ ALL = LintSettings(enabled=frozenset(REGISTRY))
 
 
 def _codes(text: str) -> list[tuple[int, str]]:
-    return [(f.line, f.code) for f in analyze(text, "deep.py", ALL)]
+    return [(f.line, f.code) for f in analyze(text, "deep.py", ALL).findings]
 
 
 def test_calls_nested_150_deep_are_linted_and_findings_positioned():

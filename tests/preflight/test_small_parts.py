@@ -210,7 +210,7 @@ def test_load_ref_reports_what_is_wrong(tmp_path, monkeypatch):
         load_ref("broken_mod:build")
     with pytest.raises(SpecError, match="has no attribute 'nope'"):
         load_ref("good_mod:nope")
-    with pytest.raises(SpecError, match="is a int, not a function"):
+    with pytest.raises(SpecError, match="is an int, not a function"):
         load_ref("good_mod:value")
     with pytest.raises(SpecError, match="cannot import no_such_mod"):
         load_ref("no_such_mod:build")

@@ -28,3 +28,17 @@ def test_summary_writer_per_rank_log_dir():
 def test_single_process_scripts_are_not_judged():
     src = "import torch\nimport torch.nn as nn\nmodel = nn.DataParallel(model)\ntorch.save(model.module.state_dict(), 'm.pt')\n"
     assert lines("DDP301", src) == []
+
+
+def test_a_helper_module_is_named_by_a_relative_path(monkeypatch):
+    from pathlib import Path
+
+    from ddpcheck.lint.engine import lint_path
+    from ddpcheck.rules import REGISTRY
+    from ddpcheck.settings import LintSettings
+
+    folder = Path(__file__).resolve().parents[2] / "fixtures" / "multifile" / "ddp301_save_helpers"
+    monkeypatch.chdir(folder.parent)
+    result = lint_path("ddp301_save_helpers/train.py", LintSettings(enabled=frozenset(REGISTRY)))
+    via_helper = [f.message for f in result.findings if "writes with" in f.message]
+    assert via_helper and all("(ddp301_save_helpers/utils.py)" in m for m in via_helper), via_helper
