@@ -197,25 +197,31 @@ def mutants(count: int, rng: random.Random) -> list[tuple[str, str, dict[str, st
 # --- grammar-generated programs --------------------------------------------------
 
 def grammar_programs(count: int, seed: int) -> list[str]:
-    """`count` programs from hypothesmith's Python grammar strategy, seeded."""
+    """`count` programs from hypothesmith's Python grammar strategy, seeded.
+    Drawn in runs of at most 500 examples: one long Hypothesis run keeps
+    every example's data and grows to gigabytes."""
     import hypothesmith
     from hypothesis import HealthCheck, Phase, given, settings
     from hypothesis import seed as hypothesis_seed
 
     programs: list[str] = []
-
-    @hypothesis_seed(seed)
-    @settings(max_examples=count, database=None, phases=[Phase.generate], deadline=None,
-              suppress_health_check=list(HealthCheck))
-    @given(hypothesmith.from_grammar())
-    def collect(source: str) -> None:
-        programs.append(source)
-
+    strategy = hypothesmith.from_grammar()
+    run_number = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # hypothesmith compiles what it generates: SyntaxWarnings
         while len(programs) < count:
+            wanted = min(500, count - len(programs))
+
+            @hypothesis_seed(seed * 1_000 + run_number)
+            @settings(max_examples=wanted, database=None, phases=[Phase.generate], deadline=None,
+                      suppress_health_check=list(HealthCheck))
+            @given(strategy)
+            def collect(source: str) -> None:
+                programs.append(source)
+
             before = len(programs)
             collect()
+            run_number += 1
             if len(programs) == before:
                 break
     return programs[:count]

@@ -47,4 +47,5 @@ def test_a_failure_is_caught(tmp_path, monkeypatch):
     inputs = [(f"mutant{n:05d}.py", fuzz.PRELUDE + fuzz.EPILOGUE, {}) for n in range(3)]
     figures = fuzz.Figures()
     fuzz.lint_batch(inputs, tmp_path / "batch", jobs=1, time_limit=60.0, figures=figures, keep=None)
-    assert [why for _, why in figures.failures] == ["internal: internal error (RuntimeError: planted bug); please report this"]
+    assert [why for _, why in figures.failures] == [
+        "internal: internal error (RuntimeError: planted bug); please report this"]
