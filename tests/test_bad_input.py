@@ -209,3 +209,15 @@ def test_the_same_file_under_two_spellings_is_linted_once(workdir, spellings):
     args = [str(workdir / "a.py") if s == "ABS" else s for s in spellings]
     result = ddpcheck_cmd("lint", "--select", "DDP301", *args, cwd=workdir)
     assert result.stdout.count("DDP301") == 1, result.stdout
+
+
+def test_a_helper_module_is_read_with_its_declared_encoding(workdir):
+    folder = Path(__file__).resolve().parent.parent / "fixtures" / "multifile" / "ddp301_save_helpers"
+    write(workdir / "train.py", (folder / "train.py").read_text())
+    helper = (folder / "utils.py").read_text().replace(
+        '"""torchvision', '# -*- coding: latin-1 -*-\n"""caf\xe9 torchvision')
+    (workdir / "utils.py").write_bytes(helper.encode("latin-1"))
+    result = ddpcheck_cmd("lint", "--output-format", "full", "--select", "DDP301", "train.py", cwd=workdir)
+    # The unguarded save is only visible by reading the helper.
+    assert "train.py:19:9: DDP301" in result.stdout and "`save_checkpoint(...)` (utils.py)" in result.stdout, \
+        result.stdout + result.stderr
