@@ -9,6 +9,8 @@ from pathlib import Path
 
 import click
 
+from ddpcheck.errors import error_line
+
 from ddpcheck.lint import report
 from ddpcheck.lint.config import (Config, ConfigError, check_selectors, ignored_for, known_codes, load_config,
                              parse_code_list, resolve_enabled, selector_matches)
@@ -86,7 +88,7 @@ def run_lint(options: LintOptions) -> int:
     try:
         the_plan = plan(options)
     except ConfigError as exc:
-        click.echo(f"ddpcheck: error: {exc}", err=True)
+        click.echo(error_line(str(exc)), err=True)
         return EXIT_ERROR
 
     found = discover(options.paths, exclude=the_plan.config.exclude, root=the_plan.config.root)
