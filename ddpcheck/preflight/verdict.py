@@ -9,6 +9,7 @@ bandwidth far below its link, ...). Memory is judged in :mod:`memverdict`.
 
 from __future__ import annotations
 
+import os
 from typing import Optional
 
 from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, CheckId
@@ -76,7 +77,8 @@ def failure_checks(results: list[RankResult], timeout: float,
             CheckId.RANK_FAILED, FAIL,
             f"{ranks_text(ranks)} raised {text}" + (f" at {frame}" if frame else "")
             + f", during {stage}" + (f"; {waited}, and was stopped" if waited else ""),
-            (_fix_for_stage(stage) if "init_process_group" in stage else
+            (_port_taken_fix() if "EADDRINUSE" in message or "address already in use" in message
+             else _fix_for_stage(stage) if "init_process_group" in stage else
              "fix the error above; it happened on " + ranks_text(ranks) + " only, so look for "
              "rank-dependent code, data or device" if len(ranks) < len(results) else
              "fix the error above; rerun with --gpus 1 to see it on its own") + logs,
@@ -149,6 +151,13 @@ def failure_checks(results: list[RankResult], timeout: float,
             f"{ranks_text([r.rank for r in stopped])} were stopped before they finished",
             "rerun; if it repeats, run with --gpus 1" + logs))
     return out
+
+
+def _port_taken_fix() -> str:
+    port = os.environ.get("MASTER_PORT", "the port")
+    return (f"MASTER_PORT={port} is taken by another process on rank 0's host: export a free "
+            f"port (`ss -ltnp` shows who holds it), or let torchrun pick one (--standalone, or "
+            f"--rdzv-endpoint host:0)")
 
 
 def _fix_for_stage(stage: str) -> str:

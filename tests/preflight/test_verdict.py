@@ -166,7 +166,10 @@ def test_worker_error_in_init_points_at_master_addr():
     err = RankFailure(FailureKind.ERROR, "init_process_group", "torch.distributed.DistNetworkError",
                       "address already in use")
     row = failure_checks([RankResult(0, RankStatus.FAILED, failure=err)], 120)[0]
-    assert row.status == FAIL and "MASTER_ADDR" in row.fix and "port" in row.fix
+    assert row.status == FAIL and "taken by another process" in row.fix
+    refused = dataclasses.replace(err, message="connection refused")
+    row = failure_checks([RankResult(0, RankStatus.FAILED, failure=refused)], 120)[0]
+    assert "MASTER_ADDR:MASTER_PORT must reach" in row.fix
 
 
 def test_all_ranks_stuck_in_init_is_one_row_naming_every_frame():
