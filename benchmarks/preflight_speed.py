@@ -79,7 +79,7 @@ def main() -> int:
     hello.write_text(HELLO)
     ours = ddpcheck_command() + ["--gpus", "2", "--dataset-size", "8607"]
     print(f"ddpcheck: {' '.join(ours)}")
-    print(f"baseline: torchrun --nproc-per-node 2 hello.py  (init_process_group + all_reduce)")
+    print("baseline: torchrun --nproc-per-node 2 hello.py  (init_process_group + all_reduce)")
     rows = []
     try:
         # one untimed run of each warms the file cache for both

@@ -10,20 +10,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import NoReturn
 
 import click
 
 from ddpcheck import __version__
+from ddpcheck.errors import EXIT_USAGE as EXIT_ERROR  # noqa: F401  (one error path for every command)
+from ddpcheck.errors import fail
 from ddpcheck.findings import Severity
-
-EXIT_ERROR = 2
-
-
-def fail(message: str) -> NoReturn:
-    """A user mistake: one line on stderr, exit 2, no traceback."""
-    click.echo(f"ddpcheck: error: {message}", err=True)
-    sys.exit(EXIT_ERROR)
 
 
 def registry() -> dict:

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import string
 
 import pytest
 from hypothesis import given, strategies as st

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from ddpcheck.errors import error_line
 from ddpcheck.lint import report
 from ddpcheck.lint.config import (Config, ConfigError, check_selectors, ignored_for, known_codes, load_config,
                                   parse_code_list, resolve_enabled, selector_matches)
@@ -137,7 +138,7 @@ def exit_code(results: list[FileResult], had_input_error: bool, fail_on: Severit
 
 
 def _error(message: str) -> int:
-    click.echo(f"ddpcheck: error: {message}", err=True)
+    click.echo(error_line(message), err=True)
     return EXIT_ERROR
 
 

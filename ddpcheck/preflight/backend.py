@@ -47,9 +47,13 @@ def choose_backend(requested: str, procs_per_node: int, visible_gpus: int,
     if nccl_available and visible_gpus >= procs_per_node:
         return BackendChoice("nccl", "cuda", PASS,
                              f"NCCL on {procs_per_node} of {visible_gpus} visible GPUs")
-    why = ("no CUDA devices here" if visible_gpus == 0 else
-           f"only {visible_gpus} CUDA device(s) for {procs_per_node} processes"
-           if visible_gpus < procs_per_node else "this torch build has no NCCL")
+    if nccl_available and 0 < visible_gpus < procs_per_node:
+        # on a GPU machine, CPU stand-ins would pass a run that fails on the GPUs
+        raise BackendError(
+            f"--gpus {procs_per_node} but this node has {visible_gpus} visible GPU"
+            f"{'s' if visible_gpus != 1 else ''}: NCCL wants one GPU per process; use --gpus "
+            f"{visible_gpus}, or --backend gloo to let {procs_per_node} CPU processes stand in")
+    why = ("no CUDA devices here" if visible_gpus == 0 else "this torch build has no NCCL")
     return BackendChoice(
         "gloo", "cpu", WARN,
         f"{why}: {procs_per_node} CPU processes with gloo stand in for {procs_per_node} GPUs; "

@@ -16,6 +16,14 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
+from ddpcheck.preflight.results import (
+    BandwidthResult,
+    CollectiveResult,
+    DeviceInfo,
+    Identity,
+    RankFailure,
+)
+
 ENV_KEYS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
             "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES")
 
@@ -30,10 +38,11 @@ class Group:
     device: torch.device
     rank: int
     world_size: int
-    monitor: Any  # a gloo group: monitored_barrier and object collectives
+    control: Any  # the tool's own gloo group: meeting points, object collectives
     timeout: float
     deadline: float
     init_seconds: float
+    progress: Any = None  # ddpcheck.preflight.progress.Progress
 
     def wait_budget(self) -> float:
         """Seconds a barrier may wait: what is left before the deadline, less a
@@ -49,10 +58,11 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def init_group(backend: str, device_kind: str, timeout: float, deadline: float) -> Group:
+def init_group(backend: str, device_kind: str, timeout: float, deadline: float,
+               progress=None) -> Group:
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     if device_kind == "cuda":
-        # before init: NCCL picks the current device (seed 001: set_device first)
+        # before init: NCCL picks the current device
         torch.cuda.set_device(local_rank)
         device = torch.device("cuda", local_rank)
     else:
@@ -61,12 +71,12 @@ def init_group(backend: str, device_kind: str, timeout: float, deadline: float) 
     start = time.perf_counter()
     dist.init_process_group(backend=backend, init_method="env://", timeout=pg_timeout)
     init_seconds = time.perf_counter() - start
-    if backend == "gloo":
-        monitor = dist.group.WORLD
-    else:
-        monitor = dist.new_group(backend="gloo", timeout=pg_timeout)
-    return Group(backend, device, dist.get_rank(), dist.get_world_size(), monitor, timeout,
-                 deadline, init_seconds)
+    # The tool's own meeting points never share a group with the user's model:
+    # a rank that raised mid-step waits here while its peers sit in DDP's
+    # all_reduce on the default group, and neither can be mistaken for the other.
+    control = dist.new_group(backend="gloo", timeout=pg_timeout)
+    return Group(backend, device, dist.get_rank(), dist.get_world_size(), control, timeout,
+                 deadline, init_seconds, progress)
 
 
 def close(group: Optional[Group]) -> None:
@@ -78,41 +88,40 @@ def close(group: Optional[Group]) -> None:
         pass
 
 
-def identity(group: Group) -> dict:
+def identity(group: Group) -> Identity:
     """Who this process thinks it is, by the launcher's env and by the group."""
-    facts = {
-        "rank": dist.get_rank(),
-        "world_size": dist.get_world_size(),
-        "env": {k: os.environ.get(k) for k in ENV_KEYS},
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-        "device": {"kind": group.device.type},
-    }
+    device = DeviceInfo(kind=group.device.type)
     if group.device.type == "cuda":
         index = torch.cuda.current_device()
         props = torch.cuda.get_device_properties(index)
-        facts["device"].update(index=index, name=props.name,
-                               uuid=str(getattr(props, "uuid", "")),
-                               pci=f"{getattr(props, 'pci_bus_id', '')}",
-                               total_memory=props.total_memory)
-    return facts
+        device = DeviceInfo("cuda", index, props.name, str(getattr(props, "uuid", "")),
+                            str(getattr(props, "pci_bus_id", "")), int(props.total_memory))
+    return Identity(dist.get_rank(), dist.get_world_size(),
+                    {k: os.environ.get(k) for k in ENV_KEYS}, socket.gethostname(),
+                    os.getpid(), device)
 
 
-def agree(group: Group, what: str, ok: bool = True, info: Any = None) -> list:
-    """Meet every rank at ``what`` and share ``(ok, info)``.
+def agree(group: Group, what: str, failure: Optional[RankFailure] = None,
+          info: Any = None) -> list:
+    """Meet every rank at ``what`` on the tool's own group and share ``(failure, info)``.
 
-    ``monitored_barrier`` (gloo) first, so a rank that never arrives is named
-    by rank 0 instead of everybody hanging in a collective; then every rank
-    gets every rank's vote.
+    A failure is posted to the progress file first: a peer that can never get
+    here is stopped by the launcher's watchdog within seconds. Then a
+    ``monitored_barrier`` (so a rank that never arrives is named) and every rank
+    gets every rank's vote: ``[{"failure": ..., "info": ...}, ...]``.
     """
+    if group.progress is not None:
+        group.progress.meet(what, failure)
     try:
-        dist.monitored_barrier(group=group.monitor,
+        dist.monitored_barrier(group=group.control,
                                timeout=datetime.timedelta(seconds=group.wait_budget()),
                                wait_all_ranks=True)
         votes: list = [None] * group.world_size
-        dist.all_gather_object(votes, {"ok": ok, "info": info}, group=group.monitor)
+        dist.all_gather_object(votes, {"failure": failure, "info": info}, group=group.control)
     except RuntimeError as exc:
         raise PeerLost(f"waiting for every rank at '{what}': {first_line(exc)}") from None
+    if group.progress is not None:
+        group.progress.stage(f"past '{what}'")
     return votes
 
 
@@ -121,7 +130,7 @@ def _sync(group: Group) -> None:
         torch.cuda.synchronize(group.device)
 
 
-def run_collectives(group: Group) -> list:
+def run_collectives(group: Group) -> list[CollectiveResult]:
     """all_reduce / broadcast / all_gather with values whose result is known exactly."""
     w, r, dev = group.world_size, group.rank, group.device
     out = []
@@ -131,15 +140,14 @@ def run_collectives(group: Group) -> list:
     dist.all_reduce(t)
     _sync(group)
     expected = w * (w + 1) // 2
-    out.append({"name": "all_reduce", "ok": int(t.item()) == expected,
-                "expected": expected, "got": int(t.item()),
-                "seconds": time.perf_counter() - start})
+    out.append(CollectiveResult("all_reduce", int(t.item()) == expected, expected,
+                                int(t.item()), time.perf_counter() - start))
 
     v = torch.full((4096,), float(r + 1), dtype=torch.float32, device=dev)
     dist.all_reduce(v)
     bad = int((v != float(expected)).sum().item())
-    out.append({"name": "all_reduce (float32 x 4096)", "ok": bad == 0,
-                "expected": float(expected), "got": float(v[0].item()), "mismatches": bad})
+    out.append(CollectiveResult("all_reduce (float32 x 4096)", bad == 0, float(expected),
+                                float(v[0].item())))
 
     src = w - 1
     b = (torch.arange(16, dtype=torch.int64, device=dev) + 1000 * (src + 1)) if r == src \
@@ -147,31 +155,28 @@ def run_collectives(group: Group) -> list:
     dist.broadcast(b, src=src)
     want = list(range(1000 * (src + 1), 1000 * (src + 1) + 16))
     got = [int(x) for x in b.tolist()]
-    out.append({"name": f"broadcast from rank {src}", "ok": got == want,
-                "expected": want[:3], "got": got[:3]})
+    out.append(CollectiveResult(f"broadcast from rank {src}", got == want, want[:3], got[:3]))
 
     mine = torch.full((3,), r, dtype=torch.int64, device=dev)
     parts = [torch.empty_like(mine) for _ in range(w)]
     dist.all_gather(parts, mine)
     got = [int(p[0].item()) for p in parts]
-    out.append({"name": "all_gather", "ok": got == list(range(w)),
-                "expected": list(range(w)), "got": got})
+    out.append(CollectiveResult("all_gather", got == list(range(w)), list(range(w)), got))
     return out
 
 
-def barrier_check(group: Group) -> dict:
-    """``monitored_barrier`` on the gloo group: a missing rank is named."""
-    start = time.perf_counter()
+def barrier_check(group: Group) -> bool:
+    """``monitored_barrier`` on the tool's gloo group: a missing rank is named."""
     try:
-        dist.monitored_barrier(group=group.monitor,
+        dist.monitored_barrier(group=group.control,
                                timeout=datetime.timedelta(seconds=group.wait_budget()),
                                wait_all_ranks=True)
     except RuntimeError as exc:
         raise PeerLost(f"monitored_barrier: {first_line(exc)}") from None
-    return {"ok": True, "seconds": time.perf_counter() - start}
+    return True
 
 
-def bandwidth(group: Group, nbytes: int, iters: int) -> Optional[dict]:
+def bandwidth(group: Group, nbytes: int, iters: int) -> Optional[BandwidthResult]:
     """all_reduce bandwidth for one large float32 tensor (nccl-tests' busbw formula)."""
     w = group.world_size
     if w < 2:
@@ -180,12 +185,11 @@ def bandwidth(group: Group, nbytes: int, iters: int) -> Optional[dict]:
     t = torch.ones(numel, dtype=torch.float32, device=group.device)
     dist.all_reduce(t)  # warm-up: connections, NCCL rings
     _sync(group)
-    dist.barrier(group=group.monitor)
+    dist.barrier(group=group.control)
     start = time.perf_counter()
     for _ in range(iters):
         dist.all_reduce(t)
     _sync(group)
     seconds = (time.perf_counter() - start) / iters
     algbw = numel * 4 / seconds
-    return {"bytes": numel * 4, "iters": iters, "seconds": seconds,
-            "algbw": algbw, "busbw": algbw * 2 * (w - 1) / w}
+    return BandwidthResult(numel * 4, iters, seconds, algbw, algbw * 2 * (w - 1) / w)

@@ -1,43 +1,44 @@
 """``ddpcheck preflight``: the click command.
 
+click parses straight into :class:`~ddpcheck.preflight.options.PreflightOptions`.
 Importing this module never imports torch (``ddpcheck lint`` must stay
-torch-free): torch is imported inside the command, after the arguments and
-the data-set arithmetic have been checked.
+torch-free): torch is imported inside the command, after the arguments and the
+data-set arithmetic have been checked. Usage errors go through
+:mod:`ddpcheck.errors`, like every other command.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
-from typing import NoReturn, Optional
 
 import click
 
-from ddpcheck.preflight.checks import FAIL, WARN, Check, exit_code
-
-EXIT_USAGE = 2
+from ddpcheck.errors import UsageError, fail
+from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, CheckId, exit_code
+from ddpcheck.preflight.options import (
+    OPTIMIZER,
+    REF,
+    SHAPE,
+    SIZE,
+    PreflightOptions,
+    RunSpec,
+    check_combinations,
+    model_spec,
+)
 
 EXAMPLES = """\b
 Examples:
   ddpcheck preflight --gpus 2 --dataset-size 8607
   ddpcheck preflight --gpus 4 --dataset-size 8607 --batch-size 4 \\
       --model mypkg.models:build --input-shape 3,224,224 --gpu-memory 24GiB
+  ddpcheck preflight --gpus 4 --dataset-size 8607 --batch-size 4 --data-parallel
   torchrun --nnodes 2 --nproc-per-node 8 ... -m ddpcheck preflight --dataset-size 8607
 """
 
-
-class UsageFailure(click.ClickException):
-    """A user mistake: one line on stderr, exit 2, no traceback, no usage dump."""
-
-    exit_code = EXIT_USAGE
-
-    def show(self, file=None) -> None:
-        click.echo(f"ddpcheck: error: {self.format_message()}", err=True)
-
-
-def fail(message: str) -> NoReturn:
-    raise UsageFailure(message)
+POSITIVE = click.IntRange(min=1)
 
 
 class PreflightCommand(click.Command):
@@ -47,153 +48,119 @@ class PreflightCommand(click.Command):
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
-            raise UsageFailure(exc.format_message()) from None
+            raise UsageError(exc.format_message()) from None
 
 
 @click.command("preflight", cls=PreflightCommand, epilog=EXAMPLES,
                context_settings={"help_option_names": ["-h", "--help"],
                                  "max_content_width": 100})
-@click.option("--gpus", type=int, default=None, metavar="N",
-              help="Processes to start, one per GPU. Default: the visible GPUs; inside "
-                   "torchrun/srun: WORLD_SIZE.")
+@click.option("--gpus", type=POSITIVE, default=None, metavar="N",
+              help="Processes to start, one per GPU (with --data-parallel: the GPUs it "
+                   "drives). Default: the visible GPUs; inside torchrun/srun: WORLD_SIZE.")
 @click.option("--backend", type=click.Choice(["auto", "gloo", "nccl"]), default="auto",
               show_default=True,
-              help="auto: NCCL when there is a GPU for every process, else gloo on CPU.")
-@click.option("--dataset-size", type=int, default=None, metavar="N",
+              help="auto: NCCL when there is a GPU for every process; gloo CPU stand-ins only "
+                   "on a machine without GPUs.")
+@click.option("--dataset-size", type=POSITIVE, default=None, metavar="N",
               help="Training samples (len(dataset)): run the data-set arithmetic.")
-@click.option("--batch-size", type=int, default=None, metavar="B",
-              help="Per-GPU batch (what a DDP script passes to its DataLoader).")
-@click.option("--global-batch-size", type=int, default=None, metavar="G",
+@click.option("--batch-size", type=POSITIVE, default=None, metavar="B",
+              help="The DataLoader's batch_size: per GPU under DDP, the whole batch with "
+                   "--data-parallel.")
+@click.option("--global-batch-size", type=POSITIVE, default=None, metavar="G",
               help="Global batch instead: divided over GPUs x --grad-accum for you.")
 @click.option("--drop-last/--no-drop-last", default=False, show_default=True,
               help="DataLoader/BatchSampler drop_last.")
 @click.option("--sampler-drop-last", is_flag=True,
               help="DistributedSampler(drop_last=True): cut instead of pad.")
-@click.option("--grad-accum", type=int, default=1, show_default=True, metavar="K",
+@click.option("--grad-accum", type=POSITIVE, default=1, show_default=True, metavar="K",
               help="Gradient accumulation steps.")
-@click.option("--base-batch", type=int, default=None, metavar="G",
+@click.option("--base-batch", type=POSITIVE, default=None, metavar="G",
               help="Global batch the recipe/baseline was tuned at.")
-@click.option("--base-lr", type=float, default=None, metavar="LR",
-              help="Its learning rate: prints linear and sqrt scaled lrs.")
+@click.option("--base-lr", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="LR", help="Its learning rate: prints linear and sqrt scaled lrs.")
 @click.option("--data-parallel", is_flag=True,
-              help="The script uses nn.DataParallel (one process, batches chunked over GPUs).")
-@click.option("--model", default=None, metavar="MODULE:FACTORY",
+              help="The script uses nn.DataParallel: one process, each batch chunked over "
+                   "the GPUs; nothing is launched.")
+@click.option("--model", type=REF, default=None, metavar="MODULE:FACTORY",
               help="Callable returning your nn.Module: measure one training step's memory.")
-@click.option("--input-shape", default=None, metavar="C,H,W",
+@click.option("--input-shape", type=SHAPE, default=None, metavar="C,H,W",
               help="Shape of one input sample (random data); or use --sample.")
-@click.option("--sample", default=None, metavar="MODULE:FN",
-              help="FN(batch_size) -> model input: a tensor, a tuple of args or a dict of kwargs.")
-@click.option("--loss", default=None, metavar="MODULE:FN",
+@click.option("--sample", type=REF, default=None, metavar="MODULE:FN",
+              help="FN(batch_size) -> model input: a tensor, a tuple of args, a dict of "
+                   "kwargs, or (args_tuple, kwargs_dict).")
+@click.option("--loss", type=REF, default=None, metavar="MODULE:FN",
               help="FN(output, batch) -> scalar loss. Default: sum of the outputs' means.")
-@click.option("--optimizer", type=click.Choice(["adamw", "adam", "sgd"]), default="adamw",
-              show_default=True, help="Optimizer for the measured step (its state is memory).")
+@click.option("--optimizer", type=OPTIMIZER, default="adamw", show_default=True,
+              metavar="adamw|adam|sgd|MODULE:FN",
+              help="Optimizer of the measured step (its state is memory); MODULE:FN gets "
+                   "the parameters and returns your optimizer.")
+@click.option("--amp", type=click.Choice(["bf16", "fp16"]), default=None,
+              help="Measure the step under torch.autocast (fp16 with a GradScaler).")
+@click.option("--find-unused-parameters", is_flag=True,
+              help="DDP(find_unused_parameters=True), as your script sets it.")
+@click.option("--gradient-as-bucket-view", is_flag=True,
+              help="DDP(gradient_as_bucket_view=True): gradients live in DDP's buckets.")
+@click.option("--static-graph", is_flag=True, help="DDP(static_graph=True).")
 @click.option("--sync-bn", is_flag=True,
               help="Convert BatchNorm to SyncBatchNorm before the DDP wrap (GPU only).")
-@click.option("--gpu-memory", default=None, metavar="SIZE",
+@click.option("--gpu-memory", type=SIZE, default=None, metavar="SIZE",
               help="Memory per GPU, e.g. 24GiB. Default: the real device's.")
-@click.option("--reserve", default=None, metavar="SIZE",
+@click.option("--reserve", type=SIZE, default=None, metavar="SIZE",
               help="Memory to keep for CUDA context/NCCL. Default: measured on GPU, 0 on CPU.")
-@click.option("--safety-margin", type=float, default=0.10, show_default=True,
-              help="Fraction of --gpu-memory to leave free.")
-@click.option("--timeout", type=float, default=120.0, show_default=True, metavar="SECONDS",
+@click.option("--safety-margin", type=click.FloatRange(0, 1, max_open=True), default=0.10,
+              show_default=True, help="Fraction of --gpu-memory to leave free.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
+              show_default=True, metavar="SECONDS",
               help="Longest the whole run may take; a rank still busy then is named and killed.")
-@click.option("--bandwidth-size", default=None, metavar="SIZE",
+@click.option("--bandwidth-size", type=SIZE, default=None, metavar="SIZE",
               help="all_reduce size for the bandwidth figure. Default: 256MiB NCCL, 16MiB gloo.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
-def preflight(**opts) -> None:
+def preflight(**kwargs) -> None:
     """A tiny real distributed run before the real job: process group and collectives,
-    memory of one training step at batch 1 and 2, and the data-set arithmetic.
+    memory of one training step, and the data-set arithmetic.
 
     Workers start on torch's own elastic launcher; inside torchrun or srun,
     this process is the worker. Exit 0 when nothing FAILs, 1 when a check
     FAILs, 2 for usage errors.
     """
-    code = run_preflight(opts)
-    sys.exit(code)
+    sys.exit(run_preflight(PreflightOptions(**kwargs)))
 
 
 # -- the run ---------------------------------------------------------------------------------
 
 
-def _size(opts: dict, key: str, flag: str) -> Optional[int]:
-    from ddpcheck.preflight.units import parse_size
-
-    if opts.get(key) is None:
-        return None
-    try:
-        return parse_size(opts[key])
-    except ValueError as exc:
-        fail(f"{flag}: {exc}")
-
-
-def validate(opts: dict) -> None:
-    """Usage errors that need no torch, with messages that say why."""
-    if opts["gpus"] is not None and opts["gpus"] < 1:
-        fail(f"--gpus {opts['gpus']}: need at least 1 process (one per GPU)")
-    if opts["dataset_size"] is not None and opts["dataset_size"] < 1:
-        fail(f"--dataset-size {opts['dataset_size']}: a data set needs at least 1 sample")
-    for key, flag in (("batch_size", "--batch-size"), ("global_batch_size", "--global-batch-size"),
-                      ("base_batch", "--base-batch")):
-        if opts[key] is not None and opts[key] < 1:
-            fail(f"{flag} {opts[key]}: a batch needs at least 1 sample")
-    if opts["grad_accum"] < 1:
-        fail(f"--grad-accum {opts['grad_accum']}: must be at least 1")
-    if opts["batch_size"] is not None and opts["global_batch_size"] is not None:
-        fail("give either --batch-size (per GPU) or --global-batch-size (all GPUs), not both")
-    if opts["base_lr"] is not None and opts["base_lr"] <= 0:
-        fail(f"--base-lr {opts['base_lr']}: must be positive")
-    if opts["base_lr"] is not None and opts["base_batch"] is None:
-        fail("--base-lr needs --base-batch (the global batch that lr was tuned at)")
-    if opts["timeout"] <= 0:
-        fail(f"--timeout {opts['timeout']:g}: must be a positive number of seconds")
-    if not 0 <= opts["safety_margin"] < 1:
-        fail(f"--safety-margin {opts['safety_margin']}: a fraction between 0 and 1")
-    if opts["model"] is None:
-        for key in ("input_shape", "sample", "loss", "gpu_memory", "reserve"):
-            if opts[key] is not None:
-                fail(f"--{key.replace('_', '-')} needs --model MODULE:FACTORY")
-        if opts["sync_bn"]:
-            fail("--sync-bn needs --model MODULE:FACTORY")
-    else:
-        if opts["input_shape"] is None and opts["sample"] is None:
-            fail("--model needs an input: --input-shape C,H,W or --sample MODULE:FN")
-        if opts["input_shape"] is not None and opts["sample"] is not None:
-            fail("give --input-shape or --sample, not both")
-
-
-def _data_part(opts: dict, world: int):
-    """The arithmetic checks and tables, or ``([], None)`` without --dataset-size."""
+def _data_part(opts: PreflightOptions, world: int):
+    """The arithmetic checks and tables (no table without --dataset-size)."""
     from ddpcheck.preflight import datachecks, shardplan
+    from ddpcheck.preflight.report import Arithmetic
 
     try:
-        choice = shardplan.resolve_batch_size(world, opts["batch_size"],
-                                              opts["global_batch_size"], opts["grad_accum"])
+        choice = shardplan.resolve_batch_size(world, opts.batch_size, opts.global_batch_size,
+                                              opts.grad_accum)
     except shardplan.PlanError as exc:
         fail(str(exc))
-    if opts["dataset_size"] is None:
-        return datachecks.choice_checks(choice, world, opts["grad_accum"]), None, choice
+    if opts.dataset_size is None:
+        return datachecks.choice_checks(choice, world, opts.grad_accum), None, choice
     try:
-        plan = shardplan.plan_shards(opts["dataset_size"], world,
+        plan = shardplan.plan_shards(opts.dataset_size, world,
                                      choice.per_gpu if choice else None,
-                                     drop_last=opts["drop_last"],
-                                     sampler_drop_last=opts["sampler_drop_last"],
-                                     grad_accum=opts["grad_accum"])
+                                     drop_last=opts.drop_last,
+                                     sampler_drop_last=opts.sampler_drop_last,
+                                     grad_accum=opts.grad_accum)
     except shardplan.PlanError as exc:
         fail(str(exc))
-    q = datachecks.DataQuestion(plan, choice, opts["base_batch"], opts["base_lr"],
-                                opts["data_parallel"])
-    arith = {
-        "rows": datachecks.arithmetic_rows(q),
-        "ranks": datachecks.rank_rows(plan),
-        "guide": datachecks.guide_rows(plan) if choice is None else [],
-    }
+    q = datachecks.DataQuestion(plan, choice, opts.base_batch, opts.base_lr)
+    arith = Arithmetic(rows=datachecks.arithmetic_rows(q), ranks=datachecks.rank_rows(plan),
+                       rank_headers=datachecks.RANK_HEADERS,
+                       guide=datachecks.guide_rows(plan) if choice is None else [],
+                       guide_headers=datachecks.GUIDE_HEADERS)
     return datachecks.data_checks(q), arith, choice
 
 
 def _import_torch():
     try:
-        import torch  # noqa: F401
+        import torch
         import torch.distributed as dist
     except ImportError:
         fail("ddpcheck preflight needs torch: pip install 'ddpcheck[preflight]'")
@@ -202,46 +169,82 @@ def _import_torch():
     return torch
 
 
-def run_preflight(opts: dict) -> int:
-    t0 = time.time()
-    validate(opts)
-    gpu_memory = _size(opts, "gpu_memory", "--gpu-memory")
-    reserve = _size(opts, "reserve", "--reserve")
-    bw_size = _size(opts, "bandwidth_size", "--bandwidth-size")
-    input_shape = None
+def _load_user_refs(opts: PreflightOptions) -> None:
+    """Import the user's modules here: a typo is a usage error before any process
+    starts, and forked workers find them already imported."""
     from ddpcheck.preflight import modelspec
 
-    if opts["input_shape"] is not None:
-        try:
-            input_shape = modelspec.parse_input_shape(opts["input_shape"])
-        except modelspec.SpecError as exc:
-            fail(str(exc))
+    refs = [(opts.model, "--model"), (opts.sample, "--sample"), (opts.loss, "--loss")]
+    if opts.custom_optimizer:
+        refs.append((opts.optimizer, "--optimizer"))
+    for ref, flag in refs:
+        if ref:
+            try:
+                modelspec.load_ref(ref, flag)
+            except modelspec.SpecError as exc:
+                fail(str(exc))
 
-    from ddpcheck.preflight.launch import LaunchEnvError, detect_launched
+
+def _launch_env_checks(launched) -> list[Check]:
+    """An exported MASTER_PORT that is busy here: the job that reads it fails at init."""
+    from ddpcheck.preflight import envdetect
+
+    if launched is not None:
+        return []
+    try:
+        port = envdetect.master_port()
+    except envdetect.LaunchEnvError as exc:
+        fail(str(exc))
+    if port is None:
+        return []
+    addr = os.environ.get("MASTER_ADDR", "localhost")
+    if not envdetect.is_local_address(addr):
+        return []
+    if envdetect.port_in_use(port):
+        return [Check(
+            CheckId.LAUNCH_ENV, WARN,
+            f"MASTER_PORT={port} is exported but already in use on this host: a job that "
+            f"reads it (init_method='env://', mp.spawn scripts, torchrun --master-port "
+            f"$MASTER_PORT) fails at init_process_group with 'address already in use'; the "
+            f"preflight itself rendezvoused on a free port",
+            "unset MASTER_PORT and use torchrun --standalone (a free port), or export a free "
+            "port; `ss -ltnp | grep PORT` shows who holds it")]
+    return [Check(CheckId.LAUNCH_ENV, PASS,
+                  f"MASTER_PORT={port} (exported) is free on this host")]
+
+
+def run_preflight(opts: PreflightOptions) -> int:
+    t0 = time.time()
+    check_combinations(opts)
+    from ddpcheck.preflight import envdetect
 
     try:
-        launched = detect_launched()
-    except LaunchEnvError as exc:
+        launched = envdetect.detect_launched()
+    except envdetect.LaunchEnvError as exc:
         fail(str(exc))
+    if opts.data_parallel:
+        if launched is not None:
+            fail("--data-parallel is one process driving every GPU: run it without torchrun/srun")
+        return _run_data_parallel(opts, t0)
 
-    world = launched.world_size if launched else opts["gpus"]
-    pre_checks: list = []
-    if launched and opts["gpus"] is not None and opts["gpus"] != launched.world_size:
+    world = launched.world_size if launched else opts.gpus
+    pre_checks = _launch_env_checks(launched)
+    if launched and opts.gpus is not None and opts.gpus != launched.world_size:
         pre_checks.append(Check(
-            "--gpus vs launcher", WARN,
-            f"--gpus {opts['gpus']} but {launched.launcher} started {launched.world_size} ranks: "
+            CheckId.GPUS_VS_LAUNCHER, WARN,
+            f"--gpus {opts.gpus} but {launched.launcher} started {launched.world_size} ranks: "
             f"the arithmetic uses {launched.world_size}",
             "drop --gpus when running under a launcher"))
     if world is not None:
         data_checks, arith, choice = _data_part(opts, world)
 
     torch = _import_torch()
+    from ddpcheck.preflight import gpus
     from ddpcheck.preflight.backend import BackendError, choose_backend
-    from ddpcheck.preflight.launch import visible_gpus
 
     # never poison fork: count GPUs through NVML where possible
     os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    gpus_here, fork_safe = visible_gpus()
+    gpus_here, fork_safe = gpus.visible_gpus()
     if world is None:
         if gpus_here == 0:
             fail("--gpus N is required on a machine without GPUs (N CPU processes stand in "
@@ -250,20 +253,13 @@ def run_preflight(opts: dict) -> int:
         data_checks, arith, choice = _data_part(opts, world)
     per_node = launched.local_world_size if launched else world
     try:
-        backend = choose_backend(opts["backend"], per_node, gpus_here,
+        backend = choose_backend(opts.backend, per_node, gpus_here,
                                  torch.distributed.is_nccl_available())
     except BackendError as exc:
         fail(str(exc))
 
-    if opts["model"]:
-        # import the user's module here: a typo is a usage error before any
-        # process starts, and forked workers find it already imported
-        for key, flag in (("model", "--model"), ("sample", "--sample"), ("loss", "--loss")):
-            if opts[key]:
-                try:
-                    modelspec.load_ref(opts[key], flag)
-                except modelspec.SpecError as exc:
-                    fail(str(exc))
+    if opts.model:
+        _load_user_refs(opts)
         if fork_safe:
             # DDP's constructor imports torch._dynamo (seconds): once here, shared by
             # every forked worker, instead of once per worker
@@ -271,137 +267,179 @@ def run_preflight(opts: dict) -> int:
         if torch.cuda.is_initialized():
             fork_safe = False
 
-    spec = {
-        "backend": backend.backend,
-        "device": backend.device,
-        "timeout": float(opts["timeout"]),
-        "bandwidth_bytes": bw_size or (256 * 2**20 if backend.device == "cuda" else 16 * 2**20),
-        "bandwidth_iters": 5 if backend.device == "cuda" else 3,
-        "model": opts["model"],
-        "input_shape": list(input_shape) if input_shape else None,
-        "sample": opts["sample"],
-        "loss": opts["loss"],
-        "optimizer": opts["optimizer"],
-        "sync_bn": opts["sync_bn"],
-        "gpu_memory": gpu_memory,
-        "reserve": reserve,
-        "safety_margin": opts["safety_margin"],
-        "batch_size": choice.per_gpu if choice else None,
-    }
-    from ddpcheck.preflight import verdict
+    spec = RunSpec(
+        backend=backend.backend, device=backend.device, timeout=float(opts.timeout),
+        bandwidth_bytes=opts.bandwidth_size or (256 * 2**20 if backend.device == "cuda"
+                                                else 16 * 2**20),
+        bandwidth_iters=5 if backend.device == "cuda" else 3,
+        model=model_spec(opts), gpu_memory=opts.gpu_memory, reserve=opts.reserve,
+        safety_margin=opts.safety_margin, batch_size=choice.per_gpu if choice else None)
 
     quiet = False
     log_dir = None
     if launched:
-        views, how, launch_s = _run_in_launcher(spec, launched)
+        results, how, launch_s = _run_in_launcher(spec, launched)
         quiet = launched.rank != 0  # every rank reaches the same verdict; rank 0 prints it
     else:
-        views, how, launch_s, log_dir = _run_local(spec, world, fork_safe, opts["timeout"])
+        results, how, launch_s, log_dir = _run_local(spec, world, fork_safe)
 
-    pg_checks = verdict.failure_checks(views, opts["timeout"], log_dir)
-    pg_checks += verdict.process_group_checks(views, backend.backend, backend.device, world)
-    mq = verdict.MemoryQuestion(
-        target_batch=spec["batch_size"], world_size=world, grad_accum=opts["grad_accum"],
-        baseline_global=opts["base_batch"] or (choice.effective_global if choice else None),
-        safety_margin=opts["safety_margin"], budget_given=gpu_memory is not None,
-        reserve_given=reserve is not None, model=opts["model"] or "")
-    mem = verdict.memory_report(views, mq) if opts["model"] else verdict.MemoryReport()
+    from ddpcheck.preflight import memverdict, verdict
 
-    if mem.data.get("bn_batch1"):
+    pg_checks = verdict.failure_checks(results, opts.timeout, log_dir)
+    pg_checks += verdict.process_group_checks(results, backend.backend, backend.device, world)
+    mem = next((r.memory for r in results if r.memory is not None), None) if opts.model \
+        else None
+    mq = memverdict.MemoryQuestion(
+        target_batch=spec.batch_size, world_size=world, grad_accum=opts.grad_accum,
+        baseline_global=opts.base_batch or (choice.effective_global if choice else None),
+        safety_margin=opts.safety_margin, model=opts.model or "", optimizer=opts.optimizer)
+    mem_checks = memverdict.memory_checks(mem, mq)
+    if mem is not None and mem.bn_batch1:
         data_checks = _escalate_last_batch_of_one(data_checks)
-    checks = [Check("backend", backend.status, backend.note)] + pre_checks + pg_checks \
-        + data_checks + mem.checks
-    code = exit_code(checks)
-    report = {
-        "headline": (f"ddpcheck preflight: {world} rank{'s' if world != 1 else ''}, "
-                     f"{backend.backend} on {backend.device.upper() if backend.device == 'cpu' else 'GPU'}"
-                     f", {how}"),
-        "world_size": world,
-        "backend": backend.backend,
-        "device": backend.device,
-        "launcher": how,
-        "checks": [c.to_dict() for c in checks],
-        "arithmetic": arith,
-        "memory": {"steps": mem.steps, "facts": mem.facts, "measured": mem.data} if opts["model"]
-        else None,
-        "ranks": [_rank_json(v) for v in views],
-        "timing": {"total_seconds": time.time() - t0, "workers_seconds": launch_s},
-        "worker_logs": log_dir,
-        "exit_code": code,
-    }
+    checks = [Check(CheckId.BACKEND, backend.status, backend.note)] + pre_checks + pg_checks \
+        + data_checks + mem_checks
+    return _print(opts, quiet, checks, t0, results=results, how=how, launch_s=launch_s,
+                  world=world, backend=backend.backend, device=backend.device, arith=arith,
+                  mem=mem, mq=mq, log_dir=log_dir)
+
+
+def _print(opts: PreflightOptions, quiet: bool, checks: list, t0: float, *, results, how,
+           launch_s, world, backend, device, arith, mem, mq, log_dir) -> int:
     from ddpcheck.preflight import report as render
 
+    code = exit_code(checks)
+    where = "CPU" if device == "cpu" else "GPU"
+    rep = render.PreflightReport(
+        headline=(f"ddpcheck preflight: {world} rank{'s' if world != 1 else ''}, {backend} on "
+                  f"{where}, {how}" if backend else f"ddpcheck preflight: {how}"),
+        world_size=world, backend=backend, device=device, launcher=how, checks=checks,
+        exit_code=code, total_seconds=time.time() - t0, workers_seconds=launch_s,
+        arithmetic=arith, memory=mem, memory_target=mq.target_batch if mq else None,
+        safety_margin=opts.safety_margin, baseline_global=mq.baseline_global if mq else None,
+        grad_accum=opts.grad_accum, ranks=results, worker_logs=log_dir)
     if quiet:
         return code
-    if opts["output_format"] == "json":
-        click.echo(render.render_json(report))
+    if opts.output_format == "json":
+        click.echo(render.render_json(rep))
     else:
-        click.echo(render.render_text(report))
+        click.echo(render.render_text(rep))
     return code
 
 
-def _escalate_last_batch_of_one(checks: list) -> list:
-    out = []
-    for c in checks:
-        if c.name == "batch: last batch" and c.status == WARN and "holds 1 sample" in c.detail:
-            c = Check(c.name, FAIL, c.detail + "; this model does raise at batch 1 (measured)",
-                      c.fix)
-        out.append(c)
-    return out
+def _escalate_last_batch_of_one(checks: list[Check]) -> list[Check]:
+    return [dataclasses.replace(c, status=FAIL,
+                                detail=c.detail + "; this model does raise at batch 1 (measured)")
+            if c.id == CheckId.LAST_BATCH_OF_ONE else c for c in checks]
 
 
-def _rank_json(view) -> dict:
-    res = view.result or {}
-    return {"rank": view.rank, "ok": bool(view.result) and not res.get("error")
-            and not res.get("aborted"), "crashed": view.crashed, "hung": view.hung,
-            "stopped": view.stopped, "exit": view.exit_text, "stage": view.stage,
-            "init_seconds": res.get("init_seconds"), "host": (res.get("identity") or {}).get("host"),
-            "error": res.get("error"), "aborted": res.get("aborted")}
-
-
-def _run_local(spec: dict, world: int, fork_safe: bool, timeout: float):
-    from ddpcheck.preflight import launch, verdict
+def _run_local(spec: RunSpec, world: int, fork_safe: bool):
+    from ddpcheck.preflight import launch
 
     method = "fork" if fork_safe else "spawn"
-    outcome = launch.run_local(world, spec, timeout, start_method=method)
+    outcome = launch.run_local(world, spec, start_method=method)
     if outcome.interrupted:
         click.echo("ddpcheck: interrupted; workers stopped", err=True)
         sys.exit(130)
     if outcome.launcher_error:
         fail(f"torch's elastic launcher failed before the workers ran: {outcome.launcher_error}")
-    views = []
-    for ro in outcome.ranks:
-        views.append(verdict.RankView(
-            ro.rank, ro.result, crashed=ro.crashed, hung=ro.hung, stopped=ro.stopped,
-            exitcode=ro.exitcode, exit_text=launch.describe_exit(ro.exitcode) if ro.crashed else "",
-            stage=ro.stage, stage_age=ro.stage_age, stderr_tail=ro.stderr_tail))
     how = f"workers started by torch's elastic_launch ({method}) in {outcome.elapsed:.1f} s"
-    return views, how, outcome.elapsed, outcome.log_dir
+    return outcome.ranks, how, outcome.elapsed, outcome.log_dir
 
 
-def _run_in_launcher(spec: dict, launched):
+def _run_in_launcher(spec: RunSpec, launched):
     """This process is one rank of the user's torchrun/srun job."""
-    from ddpcheck.preflight import verdict
-    from ddpcheck.preflight.worker import run_rank
+    from ddpcheck.preflight.results import RankResult, RankStatus
+    from ddpcheck.preflight.worker import run_in_this_process
 
     launched.export()
     start = time.time()
-    spec = dict(spec, deadline=start + spec["timeout"], gather=True, launched_by=launched.launcher)
-    result = run_rank(spec)
+    spec = dataclasses.replace(spec, deadline=start + spec.timeout, gather=True,
+                               launched_by=launched.launcher)
+    mine = run_in_this_process(spec)
     elapsed = time.time() - start
-    everyone = result.pop("all", None)
-    views = []
-    if everyone:
-        for r in everyone:
-            r.pop("all", None)
-            views.append(verdict.RankView(r["rank"], r, stage="done"))
+    if mine.everyone:
+        results = list(mine.everyone)
     else:
         # the group broke before the results were gathered: only this rank's view
-        for rank in range(launched.world_size):
-            if rank == launched.rank:
-                views.append(verdict.RankView(rank, result, stage="done"))
-            else:
-                views.append(verdict.RankView(rank, None, hung=True,
-                                              stage="an unknown stage (its result never arrived)"))
+        results = [mine if rank == launched.rank else
+                   RankResult(rank, RankStatus.RUNNING,
+                              stage="an unknown stage (its result never arrived)")
+                   for rank in range(launched.world_size)]
     how = f"rank {launched.rank} of {launched.world_size} under {launched.launcher}"
-    return views, how, elapsed
+    return results, how, elapsed
+
+
+# -- nn.DataParallel: one process, nothing launched ------------------------------------------
+
+
+def _run_data_parallel(opts: PreflightOptions, t0: float) -> int:
+    from ddpcheck.preflight import datachecks, shardplan
+    from ddpcheck.preflight.report import Arithmetic
+
+    batch = opts.batch_size or opts.global_batch_size
+    if opts.dataset_size is None or batch is None:
+        fail("--data-parallel needs --dataset-size and --batch-size (the DataLoader's "
+             "batch_size: with DataParallel it is the whole batch, split over the GPUs)")
+    if opts.grad_accum != 1 or opts.sampler_drop_last:
+        fail("--grad-accum and --sampler-drop-last are not DataParallel options here")
+    gpus = opts.gpus
+    if gpus is None:
+        _import_torch()
+        from ddpcheck.preflight import gpus as gpu_count
+
+        gpus = gpu_count.visible_gpus()[0]
+        if gpus == 0:
+            fail("--gpus N is required on a machine without GPUs")
+    try:
+        dp = shardplan.plan_data_parallel(opts.dataset_size, gpus, batch, opts.drop_last)
+    except shardplan.PlanError as exc:
+        fail(str(exc))
+    call = _dp_call(opts) if opts.model else None
+    checks = datachecks.data_parallel_checks(dp, call)
+    if opts.model:
+        checks.append(Check(
+            CheckId.TRAINING_STEP, WARN,
+            "memory is not measured in DataParallel mode: DataParallel keeps the module, "
+            "the gathered outputs and the loss on GPU 0, which needs more than the others",
+            "measure the per-GPU step under DDP (drop --data-parallel) to size the batch"))
+    arith = Arithmetic(rows=datachecks.dp_arithmetic_rows(dp),
+                       title="Batch arithmetic (what one DataLoader + nn.DataParallel give "
+                             "every GPU)")
+    how = (f"nn.DataParallel over {gpus} GPU{'s' if gpus != 1 else ''}, one process "
+           f"(nothing launched)")
+    return _print(opts, False, checks, t0, results=[], how=how, launch_s=0.0, world=gpus,
+                  backend="", device="", arith=arith, mem=None, mq=None, log_dir=None)
+
+
+def _dp_call(opts: PreflightOptions):
+    """``n -> (args, kwargs)`` skeletons of the model's call at batch ``n``."""
+    from ddpcheck.preflight.shardplan import TensorLeaf
+
+    if opts.input_shape is not None:
+        return lambda n: ((TensorLeaf(n),), {})
+    _import_torch()
+    _load_user_refs(opts)
+    from ddpcheck.preflight import modelspec
+
+    fn = modelspec.load_ref(opts.sample, "--sample")
+    import torch
+
+    def skeleton(obj):
+        if isinstance(obj, torch.Tensor):
+            return TensorLeaf(obj.shape[0] if obj.dim() else 0)
+        if isinstance(obj, dict):
+            return {k: skeleton(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(skeleton(v) for v in obj) if not hasattr(obj, "_fields") \
+                else tuple(skeleton(v) for v in obj)
+        return obj
+
+    def call(n: int):
+        try:
+            value = fn(n)
+        except Exception as exc:  # the user's function: one line, not a traceback
+            fail(f"--sample {opts.sample}: FN({n}) raised {type(exc).__name__}: {exc}")
+        args, kwargs = modelspec.split_call(value)
+        return skeleton(args), skeleton(kwargs)
+
+    return call

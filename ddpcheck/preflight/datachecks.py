@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
-from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check
+from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, CheckId
 from ddpcheck.preflight.shardplan import (
     BatchChoice,
     ShardPlan,
     batch_guide,
     lr_suggestion,
-    plan_data_parallel,
+    dp_scatter,
     suggest_batch_sizes,
     suggest_dp_batch,
 )
@@ -25,7 +25,6 @@ class DataQuestion:
     batch: Optional[BatchChoice] = None
     base_batch: Optional[int] = None
     base_lr: Optional[float] = None
-    data_parallel: bool = False
 
 
 def _ranks_text(ranks: list[int]) -> str:
@@ -48,14 +47,14 @@ def sampler_checks(plan: ShardPlan) -> list[Check]:
     if n < w:
         if plan.sampler_drop_last:
             out.append(Check(
-                "data: samples per rank", FAIL,
+                CheckId.SAMPLES_PER_RANK, FAIL,
                 f"only {n} samples for {w} ranks: DistributedSampler(drop_last=True) gives every "
                 f"rank 0 samples, so no rank ever trains",
                 f"use at most {n} GPUs, or a larger data set"))
         else:
             dup = [r.rank for r in plan.ranks if r.padded]
             out.append(Check(
-                "data: samples per rank", FAIL,
+                CheckId.SAMPLES_PER_RANK, FAIL,
                 f"only {n} samples for {w} ranks: DistributedSampler pads with repeats, so "
                 f"{_ranks_text(dup)} train on duplicates only",
                 f"use at most {n} GPUs, or a larger data set"))
@@ -63,7 +62,7 @@ def sampler_checks(plan: ShardPlan) -> list[Check]:
     if plan.padded:
         dup = [r.rank for r in plan.ranks if r.padded]
         out.append(Check(
-            "data: DistributedSampler padding", WARN,
+            CheckId.SAMPLER_PADDING, WARN,
             f"{n} samples do not divide by {w} ranks: DistributedSampler repeats "
             f"{_plural(plan.padded, 'sample')} so every rank gets {s} ({_ranks_text(dup)} "
             f"{'gets one duplicate' if len(dup) == 1 else 'one duplicate each'}); an evaluation over this sampler counts {plan.eval_counted} "
@@ -72,12 +71,12 @@ def sampler_checks(plan: ShardPlan) -> list[Check]:
             f"{plan.padded} gathered predictions; training is unaffected"))
     elif plan.sampler_dropped:
         out.append(Check(
-            "data: DistributedSampler drop_last", PASS,
+            CheckId.SAMPLER_DROP_LAST, PASS,
             f"DistributedSampler(drop_last=True) cuts {_plural(plan.sampler_dropped, 'sample')} "
             f"per epoch so every rank gets {s} (with shuffle a different set each epoch)"))
     else:
         out.append(Check(
-            "data: DistributedSampler split", PASS,
+            CheckId.SAMPLER_SPLIT, PASS,
             f"{n} samples split evenly: {s} per rank, no padding"))
     return out
 
@@ -88,7 +87,7 @@ def choice_checks(choice: Optional[BatchChoice], world: int, grad_accum: int) ->
         return []
     lo, hi = choice.nearest_globals
     return [Check(
-        "batch: global batch split", WARN,
+        CheckId.GLOBAL_BATCH_SPLIT, WARN,
         f"--global-batch-size {choice.requested_global} does not divide over {world} GPUs x "
         f"grad-accum {grad_accum}: using {choice.per_gpu} per GPU, so the optimizer sees "
         f"{choice.effective_global}, not {choice.requested_global}",
@@ -104,13 +103,13 @@ def batch_checks(q: DataQuestion) -> list[Check]:
     b, s, w = choice.per_gpu, plan.samples_per_rank, plan.world_size
     if b > s:
         if plan.drop_last:
-            what = (f"drop_last=True leaves 0 batches per epoch: the loop never runs an "
-                    f"optimizer step")
+            what = ("drop_last=True leaves 0 batches per epoch: the loop never runs an "
+                    "optimizer step")
         else:
             what = (f"every epoch is one short batch of {s}, so the batch the optimizer "
                     f"sees (and any lr scaled for {b}) is not what you set")
         out.append(Check(
-            "batch: per-GPU batch vs share", FAIL,
+            CheckId.BATCH_VS_SHARE, FAIL,
             f"per-GPU batch {b} is larger than the {s} samples each of the {w} ranks gets: {what}",
             f"use at most {s} per GPU (--batch-size {s}), or fewer GPUs"))
         return out
@@ -119,23 +118,23 @@ def batch_checks(q: DataQuestion) -> list[Check]:
         dropped = plan.loader_dropped_per_rank
         if dropped:
             out.append(Check(
-                "batch: last batch", PASS,
+                CheckId.LAST_BATCH, PASS,
                 f"drop_last=True drops {dropped} samples per rank per epoch "
                 f"({plan.loader_dropped_total} in all; with shuffle a different set each "
                 f"epoch); every batch holds {b}"))
         else:
-            out.append(Check("batch: last batch", PASS,
+            out.append(Check(CheckId.LAST_BATCH, PASS,
                              f"{s} samples per rank divide by {b}: every batch is full"))
     elif b == 1:
         out.append(Check(
-            "batch: last batch", PASS,
+            CheckId.LAST_BATCH, PASS,
             "per-GPU batch 1: every batch holds one sample (fine for convolutional BatchNorm, "
             "which normalises over the pixels; BatchNorm1d cannot train at batch 1)"))
     elif last == 1:
         sugg = suggest_batch_sizes(s, b)
         alt = ", ".join(f"--batch-size {c} (last batch {s % c or c})" for c in sugg)
         out.append(Check(
-            "batch: last batch", WARN,
+            CheckId.LAST_BATCH_OF_ONE, WARN,
             f"the last batch on every rank holds 1 sample ({s} = {plan.batches_per_rank - 1} x "
             f"{b} + 1): BatchNorm in training raises 'Expected more than 1 value per channel' "
             f"on it, or normalises with a one-sample estimate",
@@ -143,17 +142,17 @@ def batch_checks(q: DataQuestion) -> list[Check]:
             + (f", or {alt}" if alt else "")))
     elif last != b:
         out.append(Check(
-            "batch: last batch", PASS,
+            CheckId.LAST_BATCH, PASS,
             f"last batch on every rank holds {last} of {b} (that step averages over fewer "
             f"samples; drop_last=True would drop them)"))
     else:
-        out.append(Check("batch: last batch", PASS,
+        out.append(Check(CheckId.LAST_BATCH, PASS,
                          f"{s} samples per rank divide by {b}: every batch is full"))
 
     leftover = plan.leftover_micro_batches
     if plan.grad_accum > 1 and leftover:
         out.append(Check(
-            "batch: gradient accumulation", WARN,
+            CheckId.GRAD_ACCUM, WARN,
             f"{plan.batches_per_rank} batches per epoch is not a multiple of grad-accum "
             f"{plan.grad_accum}: the usual `if (i + 1) % {plan.grad_accum} == 0: step()` loop "
             f"leaves {leftover} micro-batch(es) of gradients that leak into the next epoch's "
@@ -172,7 +171,7 @@ def batch_checks(q: DataQuestion) -> list[Check]:
             lr = lr_suggestion(q.base_lr, q.base_batch, eff)
             how += f"; or keep {b} and scale the lr: linear {lr.linear:.3g}, sqrt {lr.sqrt:.3g}"
         out.append(Check(
-            "batch: effective global batch", WARN,
+            CheckId.EFFECTIVE_BATCH, WARN,
             f"the optimizer sees {b} per GPU x {w} GPUs x {plan.grad_accum} accum = {eff} "
             f"samples per step, {ratio:.3g}x the baseline {q.base_batch} (the batch a DDP "
             f"script sets is per process)", how))
@@ -180,43 +179,91 @@ def batch_checks(q: DataQuestion) -> list[Check]:
         note = (f", equal to the baseline {q.base_batch}" if q.base_batch is not None else
                 " (the batch a DDP script sets is per process)")
         out.append(Check(
-            "batch: effective global batch", PASS,
+            CheckId.EFFECTIVE_BATCH, PASS,
             f"{b} per GPU x {w} GPUs x {plan.grad_accum} accum = {eff} samples per optimizer "
             f"step{note}"))
-    if q.data_parallel:
-        out.extend(data_parallel_checks(plan.dataset_size, w, b * w, plan.drop_last))
     return out
 
 
-def data_parallel_checks(dataset_size: int, gpus: int, global_batch: int,
-                         drop_last: bool) -> list[Check]:
-    """nn.DataParallel: one loader, each batch chunked over the GPUs (seed 004)."""
-    dp = plan_data_parallel(dataset_size, gpus, global_batch, drop_last)
+def _replicas_text(replicas) -> str:
+    replicas = list(replicas)
+    if len(replicas) == 1:
+        return f"replica {replicas[0]} (GPU {replicas[0]})"
+    return f"replicas {', '.join(map(str, replicas))} (GPUs {', '.join(map(str, replicas))})"
+
+
+def data_parallel_checks(dp, call: Optional[Callable[[int], tuple]] = None) -> list[Check]:
+    """``nn.DataParallel``: one process, one DataLoader, each batch scattered over
+    the GPUs by ``Tensor.chunk`` (torch 2.x ``scatter_kwargs``). ``call(n)`` gives
+    the model's inputs at batch ``n`` as ``(args, kwargs)`` skeletons
+    (:class:`TensorLeaf` for tensors), or None when it is not known."""
+    gpus = dp.gpus
     if dp.batches == 0:
-        return [Check("DataParallel: last batch", FAIL,
-                      f"batch {global_batch} is larger than the {dataset_size} samples and "
+        return [Check(CheckId.DP_LAST_BATCH, FAIL,
+                      f"batch {dp.global_batch} is larger than the {dp.dataset_size} samples and "
                       f"drop_last=True: no batches at all", "use a smaller batch")]
-    chunks = list(dp.last_chunks)
-    if dp.idle_replicas:
-        sugg = suggest_dp_batch(dataset_size, gpus, global_batch)
-        fix = "drop_last=True in the DataLoader"
-        if sugg:
-            fix += f", or a batch of {sugg} ({sugg // gpus} per GPU)"
-        return [Check(
-            "DataParallel: last batch", FAIL,
-            f"the last batch holds {dp.last_batch} samples for {gpus} GPUs: chunked as {chunks}, "
-            f"so {_plural(dp.idle_replicas, 'replica')} "
-            f"{'gets' if dp.idle_replicas == 1 else 'get'} no data and the forward can fail "
-            f"(seed 004: 'Caught TypeError in replica 3 on device 3', after 7 hours at 99 %)",
-            fix)]
-    if min(chunks) < 2 and global_batch >= 2 * gpus:
-        return [Check(
-            "DataParallel: last batch", WARN,
-            f"the last batch of {dp.last_batch} is chunked over {gpus} GPUs as {chunks}: a "
-            f"replica with 1 sample breaks BatchNorm in training",
-            "drop_last=True in the DataLoader")]
-    return [Check("DataParallel: last batch", PASS,
-                  f"the last batch of {dp.last_batch} is chunked over {gpus} GPUs as {chunks}")]
+    out: list[Check] = []
+    sugg = suggest_dp_batch(dp.dataset_size, gpus, dp.global_batch)
+    better = f"a batch of {sugg} ({sugg // gpus} per GPU)" if sugg else "a multiple of the GPUs"
+    for label, n, chunks, cid in (("every batch", dp.global_batch, dp.batch_chunks,
+                                   CheckId.DP_EVERY_BATCH),
+                                  ("the last batch", dp.last_batch, dp.last_chunks,
+                                   CheckId.DP_LAST_BATCH)):
+        if cid == CheckId.DP_LAST_BATCH and (dp.last_batch == dp.global_batch):
+            continue
+        chunks = list(chunks)
+        scatter = dp_scatter(*call(n), gpus) if call else None
+        if scatter is not None and (scatter.keyword_only_replicas or scatter.mismatch):
+            who = _replicas_text(scatter.keyword_only_replicas) if \
+                scatter.keyword_only_replicas else "the replicas"
+            out.append(Check(
+                CheckId.DP_INPUTS, FAIL,
+                f"{label} ({n} samples) is chunked as {chunks} over {gpus} GPUs, but the "
+                f"keyword arguments hold no tensor, so scatter_kwargs copies them to all "
+                f"{gpus} GPUs and pads the positional inputs with (): {who} "
+                f"{'is' if len(scatter.keyword_only_replicas) == 1 else 'are'} called with the "
+                f"keyword arguments only and forward raises TypeError ('Caught TypeError in "
+                f"replica {gpus - 1} on device {gpus - 1}')",
+                f"drop_last=True in the DataLoader, or {better}; or pass the non-tensor "
+                f"options another way (a module attribute, or a tensor)"))
+            continue
+        idle = list(range(len(chunks), gpus))
+        if idle:
+            known = "" if call else (
+                "; if forward also takes keyword arguments that are not tensors "
+                "(model(x, return_loss=True)), those replicas get them without x and raise "
+                "TypeError: pass --model with --sample to check your call")
+            out.append(Check(
+                cid, WARN,
+                f"{label} ({n} samples) is chunked as {chunks} over {gpus} GPUs: "
+                f"{_replicas_text(idle)} get{'s' if len(idle) == 1 else ''} no data and "
+                f"DataParallel runs that step on {len(chunks)} replicas, so "
+                f"{'that GPU idles' if len(idle) == 1 else 'those GPUs idle'}{known}",
+                ("drop_last=True in the DataLoader, or " + better) if cid == CheckId.DP_LAST_BATCH
+                else f"use a DataLoader batch that is a multiple of {gpus}: {better}"))
+        elif min(chunks) < 2 and dp.global_batch >= 2 * gpus:
+            out.append(Check(
+                cid, WARN,
+                f"{label} ({n} samples) is chunked over {gpus} GPUs as {chunks}: a replica "
+                f"with 1 sample breaks BatchNorm in training", "drop_last=True in the DataLoader"))
+        else:
+            out.append(Check(cid, PASS,
+                             f"{label} ({n} samples) is chunked over {gpus} GPUs as {chunks}: "
+                             f"every replica gets data"))
+    return out
+
+
+def dp_arithmetic_rows(dp) -> list[tuple[str, str]]:
+    return [
+        ("data set", f"{dp.dataset_size} samples (one DataLoader, no DistributedSampler)"),
+        ("GPUs (DataParallel replicas)", str(dp.gpus)),
+        ("DataLoader batch (all GPUs)", str(dp.global_batch)),
+        ("a full batch, chunked", str(list(dp.batch_chunks))),
+        ("DataLoader drop_last", str(dp.drop_last)),
+        ("batches per epoch", str(dp.batches)),
+        ("last batch", str(dp.last_batch)),
+        ("last batch, chunked", str(list(dp.last_chunks))),
+    ]
 
 
 def data_checks(q: DataQuestion) -> list[Check]:
@@ -267,12 +314,6 @@ def arithmetic_rows(q: DataQuestion) -> list[tuple[str, str]]:
         ]
     elif q.base_batch is not None:
         rows.append(("baseline batch", str(q.base_batch)))
-    if q.data_parallel:
-        dp = plan_data_parallel(p.dataset_size, p.world_size, b * p.world_size, p.drop_last)
-        rows += [
-            ("DataParallel batch (all GPUs)", str(dp.global_batch)),
-            ("DataParallel last batch chunks", str(list(dp.last_chunks))),
-        ]
     return rows
 
 
@@ -314,4 +355,4 @@ def guide_rows(plan: ShardPlan) -> list[tuple]:
     return rows
 
 
-GUIDE_HEADERS = ("per-GPU batch", "batches/rank", "last batch", "dropped w/ drop_last", "")
+GUIDE_HEADERS = ("per-GPU batch", "batches/rank", "last batch", "dropped", "")

@@ -1,23 +1,30 @@
 """Peak memory = fixed + per_sample x batch, fitted per phase of a training step.
 
-Pure Python. A step has phases (forward+backward, optimizer step); each grows
-with the batch at its own rate (activations live in forward+backward, the
-optimizer step is nearly flat), so the peak of a step is the largest of the
-phase lines. Fitting the overall peak with one line goes wrong where the
-phases cross: at batch 1 the optimizer step may be the peak and its slope is ~0.
+Pure Python, and the only fit: the worker fits, picks the batches to confirm
+and refits with every confirmation; the verdict only reads the result.
+
+A step has phases (forward+backward, optimizer step); each grows with the
+batch at its own rate (activations live in forward+backward, the optimizer
+step is nearly flat), so the peak of a step is the largest of the phase lines.
+Each line is a least-squares fit over every measured batch, then lifted so no
+measured point lies above it: memory grows slightly faster than linearly
+(workspaces, allocator rounding, temporaries that scale with the batch), so a
+plain two-point line predicts low at large batches. The worker also refits
+after each confirmation step at a large batch, so the recommendation rests on
+a measurement near the batch it recommends.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Optional, Sequence
 
 
 @dataclass(frozen=True)
 class StepMemory:
     batch: int
-    phases: Mapping[str, int]  # phase -> peak bytes during that phase
+    phases: dict = field(default_factory=dict)  # phase -> peak bytes during that phase
 
     @property
     def peak(self) -> int:
@@ -36,23 +43,14 @@ class PhaseLine:
 
 @dataclass(frozen=True)
 class MemoryFit:
-    lines: tuple
+    lines: tuple[PhaseLine, ...]
+    batches: tuple[int, ...] = ()  # the measured batches the fit rests on
 
     def predict(self, batch: int) -> int:
-        return int(round(max(line.at(batch) for line in self.lines)))
+        return int(math.ceil(max(line.at(batch) for line in self.lines)))
 
     def dominant(self, batch: int) -> PhaseLine:
         return max(self.lines, key=lambda line: line.at(batch))
-
-    @property
-    def fixed(self) -> float:
-        """Memory that does not depend on the batch (the largest phase intercept)."""
-        return max(line.fixed for line in self.lines)
-
-    @property
-    def per_sample(self) -> float:
-        """Growth per sample of the fastest-growing phase."""
-        return max(line.per_sample for line in self.lines)
 
     def largest_batch(self, usable: float) -> Optional[int]:
         """Largest batch whose predicted peak fits in ``usable`` bytes.
@@ -69,14 +67,33 @@ class MemoryFit:
         if best == math.inf:
             return None
         best = int(best)
-        # guard against rounding right at the edge
-        while best >= 1 and self.predict(best) > usable:
+        while best >= 1 and self.predict(best) > usable:  # rounding right at the edge
             best -= 1
         return max(best, 0)
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """One real step at a batch the fit predicted (a target or the largest)."""
+
+    batch: int
+    predicted: int
+    measured: Optional[int] = None  # None when the step failed
+    failed: str = ""  # what went wrong instead
+    purpose: str = "target"  # "target" or "largest"
+
+    @property
+    def error(self) -> Optional[float]:
+        """(predicted - measured) / measured: negative when the fit was low."""
+        if self.measured is None or not self.measured:
+            return None
+        return (self.predicted - self.measured) / self.measured
+
+
 def fit_steps(steps: Sequence[StepMemory]) -> MemoryFit:
-    """Least-squares line per phase over steps at two or more distinct batches."""
+    """A line per phase over steps at two or more distinct batches: least
+    squares, then the intercept raised so that every measured point is on or
+    below the line."""
     batches = sorted({s.batch for s in steps})
     if len(batches) < 2:
         raise ValueError("need steps at two different batch sizes to fit memory")
@@ -92,8 +109,9 @@ def fit_steps(steps: Sequence[StepMemory]) -> MemoryFit:
         sxx = sum((b - mx) ** 2 for b, _ in pts)
         sxy = sum((b - mx) * (m - my) for b, m in pts)
         slope = max(0.0, sxy / sxx)  # memory cannot shrink with the batch; noise can
-        lines.append(PhaseLine(phase, my - slope * mx, slope))
-    return MemoryFit(tuple(lines))
+        fixed = max(m - slope * b for b, m in pts)
+        lines.append(PhaseLine(phase, fixed, slope))
+    return MemoryFit(tuple(lines), tuple(batches))
 
 
 def usable_memory(budget: int, reserve: int = 0, safety_margin: float = 0.1) -> int:
@@ -101,8 +119,8 @@ def usable_memory(budget: int, reserve: int = 0, safety_margin: float = 0.1) -> 
     return int(budget * (1.0 - safety_margin)) - int(reserve)
 
 
-def fewest_gpus(global_batch: int, per_gpu_max: int, grad_accum: int = 1) -> Optional[int]:
-    """GPUs needed to reach ``global_batch`` when each holds ``per_gpu_max`` (seed 000)."""
+def fewest_gpus(global_batch: int, per_gpu_max: Optional[int], grad_accum: int = 1) -> Optional[int]:
+    """GPUs needed to reach ``global_batch`` when each holds ``per_gpu_max``."""
     if per_gpu_max is None or per_gpu_max < 1:
         return None
     return -(-global_batch // (per_gpu_max * grad_accum))

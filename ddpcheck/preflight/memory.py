@@ -3,13 +3,17 @@
 On a GPU the peak is ``torch.cuda.max_memory_allocated`` per phase, and what
 ``torch.cuda.mem_get_info`` shows beyond the caching allocator (CUDA context,
 NCCL buffers, other processes) is kept aside as overhead. On CPU it is the
-tensor memory tracked by ``torch.distributed._tools.mem_tracker.MemTracker``
-(parameters, gradients, DDP buckets, optimizer state, activations,
+tensor memory counted the way ``torch.distributed._tools.mem_tracker`` counts
+it (parameters, gradients, DDP buckets, optimizer state, activations,
 temporaries), which is what the step would allocate on a GPU before the
 allocator's rounding and the CUDA context.
 
-Every step is followed by :func:`collectives.agree`, so all ranks stop at the
-same point when one of them fails.
+Steps are measured at batch 1, 2 and 4, fitted (:mod:`memfit`, the only fit),
+and confirmed by a real step at the target batch, or at the largest batch that
+fits, refitting after each confirmation until the recommendation is a batch
+whose own step fitted. Every step is followed by :func:`collectives.agree`
+on the tool's own group: a rank that raised posts its failure first, so a peer
+left waiting in DDP's all_reduce is stopped by the launcher within seconds.
 """
 
 from __future__ import annotations
@@ -25,6 +29,14 @@ import torch
 from torch import nn
 
 from ddpcheck.preflight import collectives, memfit, modelspec
+from ddpcheck.preflight.options import RunSpec
+from ddpcheck.preflight.results import (
+    FailureKind,
+    MemoryResult,
+    RankFailure,
+    StateBytes,
+    failure_from_exception,
+)
 
 PHASE_FB = "forward+backward"
 PHASE_OPT = "optimizer step"
@@ -55,14 +67,6 @@ def cpu_step_limit(local_world: int) -> int:
     if not ram:
         return CPU_CONFIRM_LIMIT
     return min(CPU_CONFIRM_LIMIT, ram // (2 * max(1, local_world)))
-
-
-class StepFailed(Exception):
-    def __init__(self, kind: str, message: str, extra: Optional[dict] = None):
-        super().__init__(message)
-        self.kind = kind
-        self.message = message
-        self.extra = extra or {}
 
 
 # -- meters -----------------------------------------------------------------------
@@ -175,20 +179,93 @@ def to_device(obj: Any, device: torch.device) -> Any:
     return obj
 
 
-def make_sample(spec: dict, device: torch.device) -> Callable[[int], Any]:
-    if spec.get("sample"):
-        fn = modelspec.load_ref(spec["sample"], "--sample")
+def make_sample(ms, device: torch.device) -> Callable[[int], Any]:
+    if ms.sample:
+        fn = modelspec.load_ref(ms.sample, "--sample")
         return lambda b: to_device(fn(b), device)
-    shape = tuple(spec["input_shape"])
+    shape = tuple(ms.input_shape)
     return lambda b: torch.randn((b, *shape), device=device)
 
 
 def call_model(model: nn.Module, batch: Any) -> Any:
-    if isinstance(batch, dict):
-        return model(**batch)
-    if isinstance(batch, (list, tuple)):
-        return model(*batch)
-    return model(batch)
+    args, kwargs = modelspec.split_call(batch)
+    return model(*args, **kwargs)
+
+
+# -- optimizer, DDP --------------------------------------------------------------------------
+
+
+class SetupError(Exception):
+    """The optimizer factory or the DDP wrap failed (the user's code or options)."""
+
+
+def make_optimizer(name: str, params) -> torch.optim.Optimizer:
+    params = [p for p in params if p.requires_grad]
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=1e-4)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4)
+    factory = modelspec.load_ref(name, "--optimizer")
+    opt = factory(params)
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise TypeError(f"--optimizer {name} returned a {type(opt).__name__}, not a "
+                        f"torch.optim.Optimizer")
+    return opt
+
+
+_STATE_COPIES = {"adamw": 2, "adam": 2, "sgd": 1}
+
+
+def known_optimizer_state(name: str, trainable_bytes: int) -> Optional[int]:
+    """Optimizer state after the first step: AdamW/Adam keep two moments per
+    parameter, SGD with momentum one; a custom optimizer is not guessed."""
+    copies = _STATE_COPIES.get(name)
+    return None if copies is None else copies * trainable_bytes
+
+
+def wrap_ddp(model: nn.Module, device: torch.device, ms, find_unused: bool) -> nn.Module:
+    kwargs = {"find_unused_parameters": find_unused,
+              "gradient_as_bucket_view": ms.gradient_as_bucket_view,
+              "static_graph": ms.static_graph}
+    if device.type == "cuda":
+        kwargs["device_ids"] = [device.index]
+    return nn.parallel.DistributedDataParallel(model, **kwargs)
+
+
+def _unused_names(message: str, ddp: Optional[nn.Module]) -> list[str]:
+    match = _UNUSED_NAMES_RE.search(message)
+    if match:
+        return sorted(n.strip() for n in match.group(1).split(",") if n.strip())
+    match = _UNUSED_IDX_RE.search(message)
+    if match and ddp is not None:
+        names = [n for n, p in ddp.module.named_parameters() if p.requires_grad]
+        return [names[int(i)] if int(i) < len(names) else f"#{i}"
+                for i in match.group(1).split()]
+    return []
+
+
+def classify(exc: BaseException) -> FailureKind:
+    """What a failed step means, by the exception's type (torch's own classes)
+    and, where torch raises a plain RuntimeError/ValueError, its message."""
+    text = str(exc)
+    oom_types = tuple(t for t in (getattr(torch, "OutOfMemoryError", None),
+                                  getattr(torch.cuda, "OutOfMemoryError", None)) if t)
+    if isinstance(exc, oom_types + (MemoryError,)) or \
+            (isinstance(exc, RuntimeError) and _OOM_RE.search(text)):
+        return FailureKind.OOM
+    if isinstance(exc, ValueError) and _BN1_RE.search(text):
+        return FailureKind.BN_BATCH1
+    if isinstance(exc, RuntimeError) and _UNUSED_RE.search(text):
+        return FailureKind.UNUSED
+    if isinstance(exc, LossError):
+        return FailureKind.LOSS
+    return FailureKind.ERROR
+
+
+class LossError(Exception):
+    pass
 
 
 def default_loss(output: Any) -> torch.Tensor:
@@ -211,91 +288,67 @@ def default_loss(output: Any) -> torch.Tensor:
 
     walk(output)
     if not terms:
-        raise StepFailed("loss", "the model output has no floating-point tensor that needs a "
-                                 "gradient: pass --loss MODULE:FN(output, batch)")
+        raise LossError("the model output has no floating-point tensor that needs a "
+                        "gradient: pass --loss MODULE:FN(output, batch)")
     return sum(terms)
-
-
-def make_optimizer(name: str, params) -> torch.optim.Optimizer:
-    params = [p for p in params if p.requires_grad]
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=1e-3, momentum=0.9)
-    if name == "adam":
-        return torch.optim.Adam(params, lr=1e-4)
-    return torch.optim.AdamW(params, lr=1e-4)
-
-
-def wrap_ddp(model: nn.Module, device: torch.device, find_unused: bool) -> nn.Module:
-    kwargs = {"find_unused_parameters": find_unused}
-    if device.type == "cuda":
-        kwargs["device_ids"] = [device.index]
-    return nn.parallel.DistributedDataParallel(model, **kwargs)
-
-
-def _unused_names(message: str, ddp: nn.Module) -> list[str]:
-    match = _UNUSED_NAMES_RE.search(message)
-    if match:
-        return sorted(n.strip() for n in match.group(1).split(",") if n.strip())
-    match = _UNUSED_IDX_RE.search(message)
-    if match:
-        names = [n for n, p in ddp.module.named_parameters() if p.requires_grad]
-        return [names[int(i)] if int(i) < len(names) else f"#{i}"
-                for i in match.group(1).split()]
-    return []
-
-
-def classify(exc: BaseException, ddp: Optional[nn.Module]) -> StepFailed:
-    if isinstance(exc, StepFailed):
-        return exc
-    text = str(exc)
-    oom_type = getattr(torch.cuda, "OutOfMemoryError", ())
-    if (oom_type and isinstance(exc, oom_type)) or isinstance(exc, MemoryError) or \
-            (isinstance(exc, RuntimeError) and _OOM_RE.search(text)):
-        return StepFailed("oom", collectives.first_line(exc))
-    if isinstance(exc, ValueError) and _BN1_RE.search(text):
-        return StepFailed("bn1", collectives.first_line(exc))
-    if isinstance(exc, RuntimeError) and _UNUSED_RE.search(text):
-        return StepFailed("unused", "DDP: " + collectives.first_line(exc, 120),
-                          {"names": _unused_names(text, ddp) if ddp is not None else []})
-    return StepFailed("error", f"{type(exc).__name__}: {collectives.first_line(exc)}")
 
 
 # -- the run --------------------------------------------------------------------------------
 
+_AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
 
 class Trainer:
-    def __init__(self, spec: dict, group, model: nn.Module, meter):
-        self.spec = spec
+    def __init__(self, spec: RunSpec, group, model: nn.Module, meter):
+        self.ms = spec.model
         self.group = group
         self.model = model
         self.meter = meter
-        self.sample = make_sample(spec, group.device)
-        self.loss_fn = modelspec.load_ref(spec["loss"], "--loss") if spec.get("loss") else None
+        self.sample = make_sample(self.ms, group.device)
+        self.loss_fn = modelspec.load_ref(self.ms.loss, "--loss") if self.ms.loss else None
         self.ddp = None
         self.opt = None
+        self.scaler = None
+        self.find_unused = self.ms.find_unused_parameters
 
     def wrap(self, find_unused: bool) -> None:
         self.opt = None
         self.ddp = None
         gc.collect()
+        self.find_unused = find_unused
         with self.meter.phase("setup"):
-            self.ddp = wrap_ddp(self.model, self.group.device, find_unused)
-            self.opt = make_optimizer(self.spec.get("optimizer", "adamw"), self.ddp.parameters())
+            self.ddp = wrap_ddp(self.model, self.group.device, self.ms, find_unused)
+            self.opt = make_optimizer(self.ms.optimizer, self.ddp.parameters())
+            if self.ms.amp == "fp16":
+                self.scaler = torch.amp.GradScaler(self.group.device.type)
 
-    def step(self, batch_size: int) -> memfit.StepMemory:
+    def _autocast(self):
+        if not self.ms.amp:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=self.group.device.type, dtype=_AMP_DTYPES[self.ms.amp])
+
+    def step(self, batch_size: int, stage: str) -> memfit.StepMemory:
         """One full training step; the peaks of its phases."""
         try:
             with self.meter.phase(PHASE_FB):
                 batch = self.sample(batch_size)
-                out = call_model(self.ddp, batch)
-                loss = self.loss_fn(out, batch) if self.loss_fn else default_loss(out)
-                loss.backward()
+                with self._autocast():
+                    out = call_model(self.ddp, batch)
+                    loss = self.loss_fn(out, batch) if self.loss_fn else default_loss(out)
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
                 del out, loss, batch
             with self.meter.phase(PHASE_OPT):
-                self.opt.step()
+                if self.scaler:
+                    self.scaler.step(self.opt)
+                    self.scaler.update()
+                else:
+                    self.opt.step()
                 self.opt.zero_grad(set_to_none=True)
         except Exception as exc:  # classified and shared with the other ranks
-            failure = classify(exc, self.ddp)
+            kind = classify(exc)
+            failure = failure_from_exception(exc, stage, kind, batch_size)
+            if kind == FailureKind.UNUSED:
+                failure.names = _unused_names(str(exc), self.ddp)
         else:
             failure = None
         if failure is not None:
@@ -305,190 +358,253 @@ class Trainer:
             gc.collect()
             if self.group.device.type == "cuda":
                 torch.cuda.empty_cache()
-            raise failure
+            raise StepFailure(failure)
         return memfit.StepMemory(batch_size, {PHASE_FB: self.meter.peaks[PHASE_FB],
                                               PHASE_OPT: self.meter.peaks[PHASE_OPT]})
 
     def shared_step(self, batch_size: int, progress, what: str):
-        """A step on every rank, then agree: ``(StepMemory or None, failure or None)``."""
-        progress.stage(f"{what} at batch {batch_size}")
+        """A step on every rank, then meet: ``(StepMemory or None, RankFailure or None)``;
+        the failure is this rank's, else the first other rank's."""
+        stage = f"{what} at batch {batch_size}"
+        progress.stage(stage)
         mem, fail = None, None
         try:
-            mem = self.step(batch_size)
-        except StepFailed as exc:
-            fail = exc
-            fail.__traceback__ = None
-        info = None if fail is None else {"kind": fail.kind, "message": fail.message,
-                                          "extra": fail.extra}
-        votes = collectives.agree(self.group, f"{what} at batch {batch_size}",
-                                  ok=fail is None, info=info)
-        failed = [(r, v["info"]) for r, v in enumerate(votes) if not v["ok"]]
-        if failed and fail is None:
-            rank, info = failed[0]
-            fail = StepFailed(info["kind"], f"(rank {rank}) {info['message']}", info["extra"])
-        if fail is not None:
-            fail.ranks = [r for r, _ in failed]
-            fail.batch = batch_size
-        return mem, fail
+            mem = self.step(batch_size, stage)
+        except StepFailure as exc:
+            fail = exc.failure
+        votes = collectives.agree(self.group, stage, failure=fail)
+        if fail is None:
+            fail = next((v["failure"] for v in votes if v["failure"] is not None), None)
+        return (None if fail is not None else mem), fail
 
 
-def _steps_out(steps) -> list:
-    return [{"batch": s.batch, "phases": dict(s.phases), "peak": s.peak} for s in steps]
+class StepFailure(Exception):
+    def __init__(self, failure: RankFailure):
+        super().__init__(failure.message)
+        self.failure = failure
 
 
-def run(spec: dict, group, progress) -> dict:
+def _decide(group, what: str, value):
+    """Rank 0 decides for everybody (ranks may measure a few bytes apart on GPUs)."""
+    return collectives.agree(group, what, info=value)[0]["info"]
+
+
+def run(spec: RunSpec, group, progress) -> MemoryResult:
     """Build, wrap, and measure; every rank runs the same steps."""
+    ms = spec.model
     device = group.device
-    out: dict = {"device": str(device), "steps": []}
+    out = MemoryResult(device=str(device), amp=ms.amp or "")
 
     progress.stage("building the model (--model factory)")
     model, err = None, None
     try:
-        factory = modelspec.load_ref(spec["model"], "--model")
+        factory = modelspec.load_ref(ms.factory, "--model")
         torch.manual_seed(0)
         model = factory()
         if not isinstance(model, nn.Module):
-            err = {"type": "TypeError",
-                   "message": f"returned {modelspec.with_article(type(model).__name__)}, not a torch.nn.Module"}
+            raise TypeError(f"returned {modelspec.with_article(type(model).__name__)}, not a torch.nn.Module")
     except Exception as exc:
-        err = {"type": type(exc).__name__, "message": collectives.first_line(exc)}
-    votes = collectives.agree(group, "model built", ok=err is None, info=err)
-    bad = [(r, v["info"]) for r, v in enumerate(votes) if not v["ok"]]
+        err = failure_from_exception(exc, "building the model (--model factory)")
+        model = None
+    votes = collectives.agree(group, "model built", failure=err)
+    bad = [(r, v["failure"]) for r, v in enumerate(votes) if v["failure"] is not None]
     if bad:
-        out["factory_error"] = dict(bad[0][1], ranks=[r for r, _ in bad])
+        out.factory_error = bad[0][1]
+        out.failed_ranks = [r for r, _ in bad]
         return out
 
-    params = [p for p in model.parameters()]
-    out["params"] = sum(p.numel() for p in params)
-    out["param_bytes"] = sum(p.numel() * p.element_size() for p in params)
-    out["trainable_bytes"] = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-    out["batchnorm_layers"] = sum(isinstance(m, nn.modules.batchnorm._BatchNorm)
-                                  for m in model.modules())
+    params = list(model.parameters())
+    out.params = sum(p.numel() for p in params)
+    out.param_bytes = sum(p.numel() * p.element_size() for p in params)
+    out.trainable_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
+    out.batchnorm_layers = sum(isinstance(m, nn.modules.batchnorm._BatchNorm)
+                               for m in model.modules())
+    out.state = StateBytes(out.param_bytes, out.trainable_bytes,
+                           0 if ms.gradient_as_bucket_view else out.trainable_bytes,
+                           known_optimizer_state(ms.optimizer, out.trainable_bytes))
+    _set_budget(out, spec, device)
+    if out.usable is not None and out.state.total > out.usable:
+        # parameters, gradients, buckets and optimizer state alone exceed the
+        # budget: no batch fits, and there is nothing to measure
+        collectives.agree(group, "model state vs budget")
+        return out
     if device.type == "cpu":
-        # parameters + gradients + DDP buckets (+ two Adam moments) exist before
-        # any activation; do not let the host's OOM killer answer for us
+        # do not let the host's OOM killer answer for us
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        states = 2 if spec.get("optimizer", "adamw") in ("adam", "adamw") else 1
-        floor = out["param_bytes"] + out["trainable_bytes"] * (2 + states)
         ram = host_memory()
-        if ram and floor * local_world > 0.8 * ram:
-            out["host_too_small"] = {"per_rank": floor, "ranks": local_world, "ram": ram}
+        if ram and out.state.total * local_world > 0.8 * ram:
+            out.host_too_small = ram
             collectives.agree(group, "host memory check")
             return out
-    if spec.get("sync_bn"):
+    if ms.sync_bn:
         if device.type == "cuda":
-            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before DDP (seed 000)
-            out["sync_bn"] = "converted"
+            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before the DDP wrap
+            out.sync_bn = "converted"
         else:
-            out["sync_bn"] = "not on CPU"
+            out.sync_bn = "not on CPU"
     model.train()
 
     meter = make_meter(device)
-    out["tool"] = meter.tool
+    out.tool = meter.tool
     try:
         meter.watch(model)
         with meter.phase("to device"):
             model.to(device)
         trainer = Trainer(spec, group, model, meter)
-        progress.stage("wrapping the model in DDP")
-        trainer.wrap(find_unused=False)
+        progress.stage("wrapping the model in DDP, building the optimizer")
+        trainer.wrap(find_unused=ms.find_unused_parameters)
+        setup_error = None
     except Exception as exc:
-        out["step_error"] = {"kind": "error", "batch": None,
-                             "message": f"{type(exc).__name__}: {collectives.first_line(exc)}"}
-        collectives.agree(group, "DDP wrap", ok=False)
+        setup_error = failure_from_exception(exc, "wrapping the model in DDP, building the "
+                                                  "optimizer")
+    votes = collectives.agree(group, "DDP wrap", failure=setup_error)
+    setup_error = next((v["failure"] for v in votes if v["failure"] is not None), None)
+    if setup_error is not None:
+        out.step_error = setup_error
         return out
-    collectives.agree(group, "DDP wrap")
 
-    budget = spec.get("gpu_memory")
-    reserve = spec.get("reserve") or 0
-    out["budget"] = budget
-    out["reserve"] = reserve
+    steps = _measure(trainer, out, progress, spec)
+    out.steps = list(steps)
+    if out.step_error is not None:
+        _finish_budget(out, meter, spec, device)
+        return out
+    _finish_budget(out, meter, spec, device)
+    _fit_and_confirm(trainer, out, steps, progress, spec)
+    out.steps = [s for s in steps if s.batch not in {c.batch for c in out.confirmations}]
+    return out
+
+
+def _set_budget(out: MemoryResult, spec: RunSpec, device) -> None:
+    out.reserve = spec.reserve or 0
+    out.budget = spec.gpu_memory
+    if device.type == "cuda":
+        free, total = torch.cuda.mem_get_info(device)
+        if not out.budget:
+            out.budget = int(total)
+            out.budget_from_device = True
+        if not spec.reserve:
+            out.outside_allocator = int(max(0, total - free - torch.cuda.memory_reserved(device)))
+            out.reserve = out.outside_allocator
+    if out.budget:
+        out.usable = memfit.usable_memory(out.budget, out.reserve, spec.safety_margin)
+
+
+def _finish_budget(out: MemoryResult, meter, spec: RunSpec, device) -> None:
+    if device.type == "cuda":
+        over = meter.overhead()
+        out.outside_allocator = over["outside_allocator"]
+        if not spec.reserve:
+            out.reserve = out.outside_allocator
+        if out.budget:
+            out.usable = memfit.usable_memory(out.budget, out.reserve, spec.safety_margin)
+
+
+def _measure(trainer: Trainer, out: MemoryResult, progress, spec: RunSpec) -> list:
+    """Steps at batch 1, 2 and 4 (2, 3 and 6 when batch 1 cannot train)."""
+    group = trainer.group
     lo = 1
     # step 1 warms up (optimizer state appears); DDP's unused-parameter error
     # shows on step 2, so the first measured step is a second step
     mem, fail = trainer.shared_step(lo, progress, "training step (warm-up)")
-    if fail is not None and fail.kind == "bn1":
-        out["bn_batch1"] = fail.message
+    if fail is not None and fail.kind == FailureKind.BN_BATCH1:
+        out.bn_batch1 = fail.message
         lo = 2
         mem, fail = trainer.shared_step(lo, progress, "training step (warm-up)")
-    steps = []
     if fail is None:
         mem, fail = trainer.shared_step(lo, progress, "training step")
-        if fail is not None and fail.kind == "unused":
-            out["unused"] = {"names": fail.extra.get("names", []), "message": fail.message}
+        if fail is not None and fail.kind == FailureKind.UNUSED and not trainer.find_unused:
+            out.unused = fail
             progress.stage("re-wrapping with find_unused_parameters=True")
             trainer.wrap(find_unused=True)
             collectives.agree(group, "DDP re-wrap")
             mem, fail = trainer.shared_step(lo, progress, "training step (warm-up)")
             if fail is None:
                 mem, fail = trainer.shared_step(lo, progress, "training step")
+    steps = []
     if fail is None:
         steps.append(mem)
-        if budget and device.type == "cpu" and mem.peak + reserve > budget:
-            fail = StepFailed("oom", f"tensor memory at batch {lo} is {mem.peak} bytes, more "
-                                     f"than --gpu-memory {budget}")
-            fail.simulated = True
-            fail.batch = lo
-    if fail is None:
-        mem, fail = trainer.shared_step(lo + 1, progress, "training step")
+        if out.budget and group.device.type == "cpu" and mem.peak + out.reserve > out.budget:
+            fail = RankFailure(FailureKind.OOM, f"training step at batch {lo}", "",
+                               f"tensor memory at batch {lo} is {mem.peak} bytes, more than "
+                               f"--gpu-memory {out.budget}", "", lo)
+            out.simulated_oom = True
+    for batch in (lo + 1, 2 * (lo + 1)):
+        if fail is not None:
+            break
+        if len(steps) >= 2:
+            fit = memfit.fit_steps(steps)
+            skip = _too_big(fit.predict(batch), out, group.device)
+            if _decide(group, f"measure batch {batch}", skip is not None):
+                break
+        mem, fail = trainer.shared_step(batch, progress, "training step")
         if fail is None:
             steps.append(mem)
-    out["steps"] = _steps_out(steps)
-    if fail is not None:
-        out["step_error"] = {"kind": fail.kind, "batch": fail.batch, "message": fail.message,
-                             "simulated": getattr(fail, "simulated", False)}
-        out["overhead"] = meter.overhead()
-        return out
-
-    out["overhead"] = meter.overhead()
-    if device.type == "cuda" and not budget:
-        budget = out["overhead"]["total"]
-        out["budget_from_device"] = True
-    if device.type == "cuda" and not spec.get("reserve"):
-        reserve = out["overhead"]["outside_allocator"]
-    out["budget"] = budget
-    out["reserve"] = reserve
-
-    fit = memfit.fit_steps(steps)
-    target = spec.get("batch_size")
-    usable = memfit.usable_memory(budget, reserve, spec.get("safety_margin", 0.1)) \
-        if budget else None
-    largest = fit.largest_batch(usable) if usable is not None else None
-    # rank 0 decides the confirmation step for everybody
-    confirm, reason = _confirm_batch(fit, target, largest, usable, device,
-                                     [s.batch for s in steps])
-    votes = collectives.agree(group, "confirm batch", info=(confirm, reason))
-    confirm, reason = votes[0]["info"]
-    if confirm is None:
-        out["confirm"] = {"skipped": reason}
-        return out
-    mem, fail = trainer.shared_step(confirm, progress, "confirmation step")
-    predicted = fit.predict(confirm)
-    if fail is not None:
-        out["confirm"] = {"batch": confirm, "predicted": predicted, "failed": fail.kind,
-                          "message": fail.message}
-    else:
-        out["confirm"] = {"batch": confirm, "predicted": predicted, "measured": mem.peak,
-                          "phases": dict(mem.phases)}
-    return out
+    out.step_error = fail
+    return steps
 
 
-def _confirm_batch(fit, target, largest, usable, device, measured):
-    if target and target in measured:
-        return None, f"batch {target} was measured directly"
-    if target:
-        batch = target
-    elif largest:
-        batch = largest
-    else:
-        return None, "no --batch-size and no memory budget to pick a batch from"
-    predicted = fit.predict(batch)
-    if usable is not None and predicted > usable:
-        return None, f"batch {batch} is predicted not to fit, so it was not run"
+def _too_big(predicted: int, out: MemoryResult, device) -> Optional[str]:
+    if out.usable is not None and predicted > out.usable:
+        return "is predicted not to fit, so it was not run"
     limit = cpu_step_limit(int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     if device.type == "cpu" and predicted > limit:
-        return None, (f"batch {batch} would allocate {predicted / 2**30:.1f} GiB of host memory "
-                      f"on every rank, more than this CPU check allows "
-                      f"({limit / 2**30:.1f} GiB)")
-    return batch, ""
+        return (f"would allocate {predicted / 2**30:.1f} GiB of host memory on every rank, "
+                f"more than this CPU check allows ({limit / 2**30:.1f} GiB)")
+    return None
 
+
+def _fit_and_confirm(trainer: Trainer, out: MemoryResult, steps: list, progress,
+                     spec: RunSpec) -> None:
+    if len({s.batch for s in steps}) < 2:
+        return
+    out.fit = memfit.fit_steps(steps)
+    out.largest = out.fit.largest_batch(out.usable) if out.usable is not None else None
+    measured = {s.batch for s in steps}
+    target = spec.batch_size
+    if target and target in measured:
+        out.confirm_skipped = f"batch {target} was measured directly"
+    elif target:
+        _confirm(trainer, out, steps, progress, target, "target")
+    if not target:
+        if out.largest is None:
+            out.confirm_skipped = ("no --batch-size and no memory budget to pick a batch from"
+                                   if out.usable is None else "")
+            return
+        # refit with every confirmation until the largest batch's own step fits
+        for _ in range(4):
+            batch = out.largest
+            if batch is None or batch < 1 or batch in measured:
+                out.largest_confirmed = batch in measured and \
+                    next(s for s in steps if s.batch == batch).peak <= out.usable
+                break
+            mem = _confirm(trainer, out, steps, progress, batch, "largest")
+            if mem is None:
+                break
+            measured.add(batch)
+            if mem.peak <= out.usable:
+                out.largest_confirmed = True
+                break
+            refit = out.fit.largest_batch(out.usable)
+            out.largest = min(refit if refit is not None else batch - 1, batch - 1)
+
+
+def _confirm(trainer: Trainer, out: MemoryResult, steps: list, progress, batch: int,
+             purpose: str) -> Optional[memfit.StepMemory]:
+    """One real step at ``batch``; the fit is refitted with it."""
+    group = trainer.group
+    predicted = out.fit.predict(batch)
+    skip = _decide(group, f"confirm batch {batch}", _too_big(predicted, out, group.device))
+    if skip:
+        out.confirm_skipped = f"batch {batch} {skip}"
+        return None
+    mem, fail = trainer.shared_step(batch, progress, "confirmation step")
+    if fail is not None:
+        out.confirmations.append(memfit.Confirmation(batch, predicted, None, fail.text(),
+                                                     purpose))
+        return None
+    out.confirmations.append(memfit.Confirmation(batch, predicted, mem.peak, "", purpose))
+    steps.append(mem)
+    out.fit = memfit.fit_steps(steps)
+    if out.usable is not None:
+        out.largest = out.fit.largest_batch(out.usable)
+    return mem

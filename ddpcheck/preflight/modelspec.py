@@ -99,3 +99,17 @@ def parse_input_shape(text: str) -> tuple[int, ...]:
         raise SpecError(f"--input-shape {text!r}: write the shape of ONE sample as positive "
                         f"integers, e.g. 3,224,224 (the batch dimension is added)")
     return shape
+
+
+def split_call(batch) -> tuple[tuple, dict]:
+    """What ``--sample``'s ``FN(batch_size)`` returned, as the model call's
+    ``(args, kwargs)``: a tensor is the one positional input, a dict the keyword
+    inputs, ``(tuple, dict)`` both, any other tuple/list the positional inputs."""
+    if isinstance(batch, dict):
+        return (), dict(batch)
+    if isinstance(batch, tuple) and len(batch) == 2 and isinstance(batch[0], tuple) \
+            and isinstance(batch[1], dict):
+        return batch[0], dict(batch[1])
+    if isinstance(batch, (list, tuple)):
+        return tuple(batch), {}
+    return (batch,), {}

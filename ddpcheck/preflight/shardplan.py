@@ -14,7 +14,7 @@ every rank see?" before any process starts:
   holding ``s % B`` samples when it does not divide.
 * ``nn.DataParallel`` splits each batch with ``Tensor.chunk(W)``: chunks of
   ``ceil(n / W)``, so a short last batch can leave replicas with no data at
-  all (seed 004: 8607 samples, batch 4 on 4 GPUs, last batch of 3, replica 3
+  all (8607 samples, batch 4 on 4 GPUs: a last batch of 3, replica 3
   gets nothing and the forward crashes after 7 hours at 99 %).
 
 The tests compare all of this against torch's real classes.
@@ -197,7 +197,7 @@ def resolve_batch_size(world_size: int, batch_size: Optional[int] = None,
     """Per-GPU batch from ``--batch-size`` or ``--global-batch-size``.
 
     The batch a DDP script sets is per process: with W GPUs the optimizer sees
-    ``B x W x grad_accum`` (seed 000: set baseline/nprocs or the batch doubles).
+    ``B x W x grad_accum`` (set baseline/nprocs or the batch doubles).
     """
     _require(world_size >= 1, f"--gpus must be at least 1, got {world_size}")
     _require(grad_accum >= 1, f"--grad-accum must be at least 1, got {grad_accum}")
@@ -245,6 +245,7 @@ class DataParallelPlan:
     last_batch: int
     last_chunks: tuple  # per-replica sizes of the last batch
     idle_replicas: int  # replicas that get no data in the last batch
+    batch_chunks: tuple = ()  # per-replica sizes of a full batch
 
 
 def plan_data_parallel(dataset_size: int, gpus: int, global_batch: int,
@@ -257,7 +258,7 @@ def plan_data_parallel(dataset_size: int, gpus: int, global_batch: int,
     chunks = tuple(chunk_sizes(last, gpus))
     idle = gpus - len(chunks) if last else gpus
     return DataParallelPlan(dataset_size, gpus, global_batch, drop_last, batches, last,
-                            chunks, idle)
+                            chunks, idle, tuple(chunk_sizes(global_batch, gpus)))
 
 
 # -- learning rate -----------------------------------------------------------
@@ -268,8 +269,8 @@ class LrSuggestion:
     base_lr: float
     base_batch: int
     batch: int
-    linear: float  # lr * batch / base_batch   (Goyal et al.; seed 002: lr*gpus*bs/32)
-    sqrt: float  # lr * sqrt(batch / base_batch) (seed 000 searches between the two)
+    linear: float  # lr * batch / base_batch   (Goyal et al.)
+    sqrt: float  # lr * sqrt(batch / base_batch) (search between the two)
 
 
 def lr_suggestion(base_lr: float, base_batch: int, batch: int) -> LrSuggestion:
@@ -343,3 +344,61 @@ def batch_guide(samples_per_rank: int, sizes=GUIDE_BATCH_SIZES) -> list[tuple[in
         batches, last, _ = loader_batches(samples_per_rank, size, False)
         rows.append((size, batches, last, samples_per_rank % size))
     return rows
+
+
+# -- what nn.DataParallel's scatter does with a batch ------------------------------
+
+
+@dataclass(frozen=True)
+class TensorLeaf:
+    """A tensor in the model's inputs, by its size along the scatter dimension (0)."""
+
+    size: int
+
+
+@dataclass(frozen=True)
+class DpScatter:
+    inputs: int  # scattered positional-argument tuples, after torch's padding
+    kwargs: int  # scattered keyword dicts, after torch's padding
+    data_replicas: int  # replicas whose positional inputs hold a chunk of the batch
+    keyword_only_replicas: tuple  # replicas called with keyword arguments and no positional input
+    mismatch: bool  # len(inputs) != len(kwargs): parallel_apply's length assertion fails
+
+    @property
+    def replicas(self) -> int:
+        return self.inputs
+
+
+def _scatter_count(obj, gpus: int) -> int:
+    """How many pieces ``torch.nn.parallel.scatter_gather.scatter``'s ``scatter_map``
+    makes of ``obj`` (torch 2.x): a tensor gives ``len(tensor.chunk(gpus))``; a
+    non-empty tuple/list zips its items (the shortest wins); a non-empty dict zips
+    its ``(key, value)`` items (a key alone is copied ``gpus`` times); anything else
+    is copied once per GPU."""
+    if isinstance(obj, TensorLeaf):
+        return len(chunk_sizes(obj.size, gpus))
+    if isinstance(obj, (tuple, list)) and obj:
+        return min(_scatter_count(x, gpus) for x in obj)
+    if isinstance(obj, dict) and obj:
+        return min(min(gpus, _scatter_count(v, gpus)) for v in obj.values())
+    return gpus
+
+
+def dp_scatter(args: tuple, kwargs: dict, gpus: int) -> DpScatter:
+    """``scatter_kwargs(inputs, kwargs, device_ids)`` and the replicas
+    ``DataParallel.forward`` then runs (torch 2.x,
+    ``torch/nn/parallel/scatter_gather.py`` and ``data_parallel.py``)."""
+    si = _scatter_count(args, gpus) if args else 0
+    sk = _scatter_count(kwargs, gpus) if kwargs else 0
+    data = si
+    keyword_only: tuple = ()
+    if si < sk:
+        # torch pads the positional inputs with () up to the kwargs' length: the
+        # padded replicas lose the positional inputs the others get
+        keyword_only = tuple(range(si, sk)) if args else ()
+        si = sk
+    elif sk < len(args):  # torch compares with the unscattered tuple's length
+        sk = si
+    if si == 0 and sk == 0:
+        si = sk = 1  # a forward without inputs runs once, on the first device
+    return DpScatter(si, sk, data, keyword_only, si != sk)

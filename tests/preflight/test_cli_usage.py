@@ -32,24 +32,33 @@ def invoke(monkeypatch):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--gpus", "0"], "--gpus 0: need at least 1 process"),
-    (["--gpus", "-3"], "--gpus -3: need at least 1 process"),
+    (["--gpus", "0"], "Invalid value for '--gpus': 0 is not in the range x>=1"),
+    (["--gpus", "-3"], "Invalid value for '--gpus': -3 is not in the range x>=1"),
     (["--gpus", "abc"], "'abc' is not a valid integer"),
-    (["--gpus", "2", "--dataset-size", "-5"], "--dataset-size -5: a data set needs at least 1"),
-    (["--gpus", "2", "--dataset-size", "0"], "--dataset-size 0"),
-    (["--gpus", "2", "--dataset-size", "10", "--batch-size", "0"], "--batch-size 0"),
+    (["--gpus", "2", "--dataset-size", "-5"], "'--dataset-size': -5 is not in the range x>=1"),
+    (["--gpus", "2", "--dataset-size", "0"], "'--dataset-size': 0 is not"),
+    (["--gpus", "2", "--dataset-size", "10", "--batch-size", "0"], "'--batch-size': 0 is not"),
     (["--gpus", "2", "--batch-size", "4", "--global-batch-size", "8"], "not both"),
     (["--gpus", "4", "--dataset-size", "100", "--global-batch-size", "3"],
      "smaller than 4 GPUs x grad-accum 1"),
-    (["--gpus", "2", "--grad-accum", "0"], "--grad-accum 0"),
+    (["--gpus", "2", "--grad-accum", "0"], "'--grad-accum': 0 is not"),
     (["--gpus", "2", "--base-lr", "0.1"], "--base-lr needs --base-batch"),
-    (["--gpus", "2", "--timeout", "0"], "--timeout 0"),
+    (["--gpus", "2", "--timeout", "0"], "'--timeout': 0.0 is not in the range x>0"),
+    (["--gpus", "2", "--safety-margin", "1"], "'--safety-margin': 1.0 is not in the range 0<=x<1"),
+    (["--gpus", "2", *TINY, "--amp", "fp8"], "Invalid value for '--amp'"),
+    (["--gpus", "2", *TINY, "--optimizer", "lion"], "'lion': use adamw, adam, sgd, or MODULE:FN"),
+    (["--gpus", "2", *TINY, "--optimizer", "no_such_pkg.opt:make"],
+     "--optimizer 'no_such_pkg.opt:make': cannot import no_such_pkg.opt"),
+    (["--gpus", "2", "--static-graph"], "--static-graph needs --model"),
+    (["--gpus", "4", "--data-parallel", "--dataset-size", "10"],
+     "--data-parallel needs --dataset-size and --batch-size"),
     (["--gpus", "2", "--backend", "mpi"], "Invalid value for '--backend'"),
     (["--gpus", "2", "--input-shape", "3,32,32"], "--input-shape needs --model"),
     (["--gpus", "2", "--model", "fixtures.models.tiny:build"], "--model needs an input"),
-    (["--gpus", "2", *TINY, "--gpu-memory", "lots"], "--gpu-memory: 'lots' is not a memory size"),
+    (["--gpus", "2", *TINY, "--gpu-memory", "lots"],
+     "Invalid value for '--gpu-memory': 'lots' is not a memory size"),
     (["--gpus", "2", "--model", "fixtures.models.tiny:build", "--input-shape", "3,x"],
-     "--input-shape '3,x'"),
+     "Invalid value for '--input-shape': '3,x': write the shape of ONE sample"),
     (["--gpus", "2", "--model", "no_such_pkg.models:build", "--input-shape", "3,32,32"],
      "cannot import no_such_pkg.models"),
     (["--gpus", "2", "--model", "fixtures.models.tiny:buidl", "--input-shape", "3,32,32"],
@@ -69,21 +78,24 @@ def test_usage_errors_are_one_line_and_exit_2(invoke, args, message):
 
 def test_nccl_with_more_gpus_than_present_is_a_usage_error(invoke, monkeypatch):
     torch = pytest.importorskip("torch")
-    import ddpcheck.preflight.launch as launch
+    import ddpcheck.preflight.gpus as gpus
 
-    monkeypatch.setattr(launch, "visible_gpus", lambda: (2, True))
+    monkeypatch.setattr(gpus, "visible_gpus", lambda: (2, True))
     monkeypatch.setattr(torch.distributed, "is_nccl_available", lambda: True)
     code, err, _ = invoke("--gpus", "4", "--backend", "nccl", "--dataset-size", "8607")
     assert code == 2
     assert "--gpus 4 with --backend nccl needs 4 CUDA devices on this node, it has 2" in err
     assert "--gpus 2" in err
+    # auto: a GPU machine with too few GPUs fails too, instead of falling back to CPU
+    code, err, _ = invoke("--gpus", "4", "--dataset-size", "8607")
+    assert code == 2 and "--gpus 4 but this node has 2 visible GPUs" in err
 
 
 def test_gpus_is_required_without_gpus(invoke, monkeypatch):
     pytest.importorskip("torch")
-    import ddpcheck.preflight.launch as launch
+    import ddpcheck.preflight.gpus as gpus
 
-    monkeypatch.setattr(launch, "visible_gpus", lambda: (0, True))
+    monkeypatch.setattr(gpus, "visible_gpus", lambda: (0, True))
     code, err, _ = invoke("--dataset-size", "8607")
     assert code == 2 and "--gpus N is required" in err
 

@@ -1,4 +1,4 @@
-"""The arithmetic's check rows: the seeds' situations get the right verdict and advice."""
+"""The arithmetic's check rows: the classic situations get the right verdict and advice."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from ddpcheck.preflight.datachecks import (
 
 
 def checks_for(n, w, b=None, *, global_batch=None, drop_last=False, sampler_drop_last=False,
-               accum=1, base_batch=None, base_lr=None, dp=False):
+               accum=1, base_batch=None, base_lr=None):
     choice = sp.resolve_batch_size(w, b, global_batch, accum)
     plan = sp.plan_shards(n, w, choice.per_gpu if choice else None, drop_last=drop_last,
                           sampler_drop_last=sampler_drop_last, grad_accum=accum)
-    q = DataQuestion(plan, choice, base_batch, base_lr, dp)
+    q = DataQuestion(plan, choice, base_batch, base_lr)
     return {c.name: c for c in data_checks(q)}, q
 
 
@@ -84,7 +84,7 @@ def test_global_batch_that_does_not_divide_warns():
 
 
 def test_doubled_effective_batch_against_the_baseline():
-    # seed 000: baseline global batch 4 on 2 GPUs needs 2 per GPU, not 4
+    # baseline global batch 4 on 2 GPUs needs 2 per GPU, not 4
     checks, _ = checks_for(8607, 2, 4, base_batch=4, base_lr=0.002)
     row = checks["batch: effective global batch"]
     assert row.status == WARN and "2x the baseline 4" in row.detail
@@ -110,14 +110,76 @@ def test_grad_accum_leftover_warns():
     assert q.plan.effective_global_batch == 24
 
 
-def test_seed_004_data_parallel_fails_with_the_replica_message():
-    checks, _ = checks_for(8607, 4, 1, dp=True)
-    row = checks["DataParallel: last batch"]
-    assert row.status == FAIL
-    assert "3 samples for 4 GPUs" in row.detail and "1 replica gets no data" in row.detail
+def dp_checks(n, gpus, batch, call=None, drop_last=False):
+    from ddpcheck.preflight.datachecks import data_parallel_checks
+
+    dp = sp.plan_data_parallel(n, gpus, batch, drop_last)
+    return {c.id: c for c in data_parallel_checks(dp, call)}, dp
+
+
+def test_data_parallel_batch_is_the_whole_batch_and_the_idle_replica_is_named():
+    from ddpcheck.preflight.checks import CheckId
+
+    # 8607 samples, DataLoader batch_size=4 over 4 GPUs: 2151 batches of 4 and one of 3
+    checks, dp = dp_checks(8607, 4, 4)
+    assert (dp.batches, dp.last_batch, dp.last_chunks) == (2152, 3, (1, 1, 1))
+    assert checks[CheckId.DP_EVERY_BATCH].status == PASS
+    row = checks[CheckId.DP_LAST_BATCH]
+    assert row.status == WARN and "replica 3 (GPU 3) gets no data" in row.detail
+    assert "runs that step on 3 replicas" in row.detail and "pass --model" in row.detail
     assert "drop_last=True" in row.fix and "a batch of 16 (4 per GPU)" in row.fix
-    checks, _ = checks_for(8607, 4, 1, dp=True, drop_last=True)
-    assert checks["DataParallel: last batch"].status == PASS
+    checks, _ = dp_checks(8607, 4, 4, drop_last=True)
+    assert CheckId.DP_LAST_BATCH not in checks and \
+        checks[CheckId.DP_EVERY_BATCH].status == PASS
+
+
+def test_data_parallel_with_positional_tensors_only_wastes_a_gpu():
+    from ddpcheck.preflight.checks import CheckId
+
+    positional = lambda n: ((sp.TensorLeaf(n),), {})  # noqa: E731
+    checks, _ = dp_checks(8607, 4, 4, positional)
+    row = checks[CheckId.DP_LAST_BATCH]
+    assert row.status == WARN and "pass --model" not in row.detail
+    # keyword tensors scatter like positional ones
+    keywords = lambda n: ((), {"x": sp.TensorLeaf(n), "mask": sp.TensorLeaf(n)})  # noqa: E731
+    assert dp_checks(8607, 4, 4, keywords)[0][CheckId.DP_LAST_BATCH].status == WARN
+
+
+def test_data_parallel_with_non_tensor_keywords_fails_on_the_short_batch():
+    from ddpcheck.preflight.checks import CheckId
+
+    # model(x, return_loss=True): the kwargs hold no tensor, so torch's scatter_kwargs
+    # copies them to all 4 GPUs and pads the 3 positional chunks with ()
+    call = lambda n: ((sp.TensorLeaf(n),), {"return_loss": True})  # noqa: E731
+    checks, _ = dp_checks(8607, 4, 4, call)
+    row = checks[CheckId.DP_INPUTS]
+    assert row.status == FAIL and "replica 3 (GPU 3) is called with the keyword arguments" \
+        in row.detail and "TypeError" in row.detail
+    assert "drop_last=True" in row.fix
+    # the same call on batches that feed every GPU is fine
+    checks, _ = dp_checks(8608, 4, 4, call)
+    assert [c.status for c in checks.values()] == [PASS]
+
+
+def test_data_parallel_batch_that_never_feeds_every_gpu():
+    from ddpcheck.preflight.checks import CheckId
+
+    checks, dp = dp_checks(8607, 4, 6)  # chunk(4) of 6 is [2, 2, 2]
+    row = checks[CheckId.DP_EVERY_BATCH]
+    assert dp.batch_chunks == (2, 2, 2) and row.status == WARN
+    assert "replica 3 (GPU 3) gets no data" in row.detail and "multiple of 4" in row.fix
+
+
+def test_dp_scatter_mirrors_torch_scatter_kwargs():
+    leaf = sp.TensorLeaf
+    s = sp.dp_scatter((leaf(3),), {}, 4)
+    assert (s.inputs, s.kwargs, s.keyword_only_replicas, s.mismatch) == (3, 3, (), False)
+    s = sp.dp_scatter((leaf(3),), {"flag": True}, 4)
+    assert (s.inputs, s.kwargs, s.keyword_only_replicas) == (4, 4, (3,))
+    s = sp.dp_scatter((leaf(3),), {"flag": True, "mask": leaf(3)}, 4)
+    assert (s.inputs, s.kwargs, s.keyword_only_replicas) == (3, 3, ())
+    s = sp.dp_scatter((leaf(5), "a string"), {}, 4)  # chunk(4) of 5 is [2, 2, 1]
+    assert s.inputs == 3 and not s.keyword_only_replicas
 
 
 def test_global_batch_split_is_checked_without_a_data_set_too():
@@ -127,3 +189,37 @@ def test_global_batch_split_is_checked_without_a_data_set_too():
     assert [r.status for r in rows] == [WARN] and "28 or 32" in rows[0].fix
     assert choice_checks(sp.resolve_batch_size(4, global_batch_size=32), 4, 1) == []
     assert choice_checks(None, 4, 1) == []
+
+
+def test_dp_scatter_agrees_with_torchs_own_scatter_kwargs(monkeypatch):
+    """torch's scatter_kwargs itself, with only the device copy replaced by
+    Tensor.chunk (what comm.scatter does per device), so it runs on CPU."""
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    from torch.nn.parallel import scatter_gather
+
+    monkeypatch.setattr(scatter_gather.Scatter, "apply",
+                        staticmethod(lambda gpus, sizes, dim, t: t.chunk(len(gpus), dim)))
+
+    def skeleton(obj):
+        if isinstance(obj, torch.Tensor):
+            return sp.TensorLeaf(obj.shape[0])
+        if isinstance(obj, dict):
+            return {k: skeleton(v) for k, v in obj.items()}
+        if isinstance(obj, tuple):
+            return tuple(skeleton(v) for v in obj)
+        return obj
+
+    for n in (1, 3, 4, 5, 6, 7, 9):
+        for gpus in (2, 3, 4, 8):
+            for args, kwargs in [((torch.ones(n, 2),), {}),
+                                 ((torch.ones(n, 2),), {"flag": True}),
+                                 ((torch.ones(n, 2),), {"flag": True, "m": torch.ones(n)}),
+                                 ((), {"x": torch.ones(n, 2)}),
+                                 ((torch.ones(n), "s"), {"k": 1, "j": "v"})]:
+                ins, kws = scatter_gather.scatter_kwargs(args, kwargs, list(range(gpus)))
+                mine = sp.dp_scatter(skeleton(args), skeleton(kwargs), gpus)
+                assert (mine.inputs, mine.kwargs) == (len(ins), len(kws)), (n, gpus, kwargs)
+                empty = tuple(i for i, a in enumerate(ins) if a == () and kws[i])
+                assert mine.keyword_only_replicas == (empty if args else ()), (n, gpus)

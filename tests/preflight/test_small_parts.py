@@ -11,13 +11,9 @@ from hypothesis import strategies as st
 
 from ddpcheck.preflight import memfit
 from ddpcheck.preflight.backend import BackendError, choose_backend
-from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, exit_code, worst
-from ddpcheck.preflight.launch import (
-    LaunchEnvError,
-    detect_launched,
-    stuck_at,
-    summarize_stderr,
-)
+from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, CheckId, exit_code, worst
+from ddpcheck.preflight.envdetect import LaunchEnvError, detect_launched
+from ddpcheck.preflight.forensics import read_stack, summarize_stderr
 from ddpcheck.preflight.modelspec import SpecError, load_ref, parse_input_shape, split_ref
 from ddpcheck.preflight.units import format_bytes, parse_size
 
@@ -44,11 +40,13 @@ def test_format_bytes():
 
 
 def test_exit_code_follows_the_worst_check():
-    rows = [Check("a", PASS, ""), Check("b", WARN, "")]
+    rows = [Check(CheckId.BACKEND, PASS, ""), Check(CheckId.COLLECTIVES, WARN, "")]
     assert worst(rows) == WARN and exit_code(rows) == 0
-    assert exit_code(rows + [Check("c", FAIL, "")]) == 1
+    assert exit_code(rows + [Check(CheckId.BARRIER, FAIL, "")]) == 1
     with pytest.raises(ValueError):
-        Check("x", "MAYBE", "")
+        Check(CheckId.BACKEND, "MAYBE", "")
+    with pytest.raises(TypeError):
+        Check("collectives", PASS, "")  # ids, not prose
 
 
 # -- memory fit ---------------------------------------------------------------------
@@ -75,8 +73,32 @@ def test_fit_per_phase_beats_one_line_where_phases_cross():
 def test_fit_never_has_negative_slope_and_says_unbounded():
     steps = [memfit.StepMemory(1, {"a": 900}), memfit.StepMemory(2, {"a": 800})]
     fit = memfit.fit_steps(steps)
-    assert fit.per_sample == 0
+    assert all(line.per_sample == 0 for line in fit.lines)
     assert fit.largest_batch(10**6) is None
+
+
+@settings(max_examples=60, deadline=None)
+@given(points=st.lists(st.tuples(st.integers(1, 512), st.integers(0, 10**9)), min_size=2,
+                       max_size=6, unique_by=lambda p: p[0]))
+def test_fit_is_never_below_a_measured_point(points):
+    steps = [memfit.StepMemory(b, {"p": m}) for b, m in points]
+    fit = memfit.fit_steps(steps)
+    assert all(fit.predict(b) >= m for b, m in points)
+
+
+def test_fit_on_more_points_follows_growth_faster_than_linear():
+    # memory that grows a little faster than linearly (workspaces, temporaries):
+    # a line through batch 1 and 2 predicts low at 64; the fit over 1, 2, 4 less so,
+    # and the refit with a confirmation at 64 is exact there
+    def peak(b):
+        return 10_000 + 1000 * b + 3 * b * b
+
+    two = memfit.fit_steps([memfit.StepMemory(b, {"p": peak(b)}) for b in (1, 2)])
+    three = memfit.fit_steps([memfit.StepMemory(b, {"p": peak(b)}) for b in (1, 2, 4)])
+    assert two.predict(64) < three.predict(64) < peak(64)
+    refit = memfit.fit_steps([memfit.StepMemory(b, {"p": peak(b)}) for b in (1, 2, 4, 64)])
+    assert refit.predict(64) >= peak(64)
+    assert refit.batches == (1, 2, 4, 64)
 
 
 def test_fit_needs_two_batches():
@@ -110,8 +132,10 @@ def test_auto_backend_falls_back_to_gloo_and_says_so():
     c = choose_backend("auto", 2, 0, nccl_available=False)
     assert (c.backend, c.device, c.status) == ("gloo", "cpu", WARN)
     assert "no CUDA devices" in c.note and "not checked" in c.note
-    c = choose_backend("auto", 4, 2, nccl_available=True)
-    assert c.backend == "gloo" and "only 2 CUDA device" in c.note
+    # a GPU machine with fewer GPUs than asked: an error, never a silent CPU fallback
+    with pytest.raises(BackendError, match="--gpus 4 but this node has 2 visible GPUs"):
+        choose_backend("auto", 4, 2, nccl_available=True)
+    assert choose_backend("gloo", 4, 2, nccl_available=True).backend == "gloo"
     c = choose_backend("auto", 2, 8, nccl_available=True)
     assert (c.backend, c.device, c.status) == ("nccl", "cuda", PASS)
 
@@ -170,21 +194,28 @@ def test_stderr_summary_prefers_the_fatal_error_and_frame():
             '  File "/x/models.py", line 13 in build', '  File "/x/other.py", line 2 in f',
             "Extension modules: torch._C"]
     assert summarize_stderr(text) == ('Fatal Python error: Segmentation fault at '
-                                      'File "/x/models.py", line 13 in build')
+                                      '/x/models.py:13 in build')
     assert summarize_stderr(["a", "b", "RuntimeError: boom"], 1) == "RuntimeError: boom"
 
 
-def test_stuck_at_picks_the_users_innermost_frame_from_the_sigusr1_dump():
+def test_stack_reading_names_the_users_frame_and_the_collective():
     text = ["Thread 0x2 (most recent call first):",
             '  File "/usr/lib/python3.11/threading.py", line 320 in wait',
             "Current thread 0x1 (most recent call first):",
             '  File "/v/site-packages/torch/distributed/distributed_c10d.py", line 9 in barrier',
+            '  File "/v/site-packages/torch/distributed/c10d_logger.py", line 8 in wrapper',
             '  File "/home/me/train/models.py", line 42 in build',
-            '  File "/home/me/ddpcheck/preflight/memory.py", line 7 in run']
-    assert stuck_at(text) == 'File "/home/me/train/models.py", line 42 in build'
-    assert stuck_at(text[:4]) == ('File "/v/site-packages/torch/distributed/distributed_c10d.py",'
-                                  ' line 9 in barrier')
-    assert stuck_at(["no dump here"]) == ""
+            '  File "/home/me/ddpcheck/preflight/memory.py", line 7 in run',
+            '  File "/home/me/ddpcheck/preflight/worker.py", line 9 in run_rank']
+    reading = read_stack(text)
+    assert reading.frame == "/home/me/train/models.py:42 in build"
+    assert reading.collective == "barrier"
+    # not in a collective: the innermost user frame
+    plain = read_stack(["Current thread 0x1 (most recent call first):",
+                        '  File "/home/me/train/models.py", line 21 in hang',
+                        '  File "/home/me/ddpcheck/preflight/memory.py", line 7 in run'])
+    assert plain.frame == "/home/me/train/models.py:21 in hang" and plain.collective == ""
+    assert read_stack(["no dump here"]) is None
 
 
 # -- model references -----------------------------------------------------------------------
@@ -233,7 +264,7 @@ def test_importing_the_command_does_not_import_torch():
 
 def test_visible_gpus_prefers_nvml_and_says_when_fork_is_unsafe(monkeypatch):
     torch = pytest.importorskip("torch")
-    from ddpcheck.preflight.launch import visible_gpus
+    from ddpcheck.preflight.gpus import visible_gpus
 
     monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", lambda: 8, raising=False)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)

@@ -1,0 +1,196 @@
+"""The preflight's options as typed values (pure Python, no torch).
+
+click parses the command line straight into :class:`PreflightOptions`: ranges
+are click's own (``IntRange``, ``FloatRange``), sizes, shapes and ``MODULE:FN``
+references are click parameter types, so a bad value is one
+``ddpcheck: error: ...`` line from click itself. :func:`check_combinations`
+only checks what no single option can: options that need or exclude others.
+:class:`RunSpec` is what every worker gets (picklable, for spawn).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import click
+
+from ddpcheck.errors import fail
+from ddpcheck.preflight.modelspec import SpecError, parse_input_shape, split_ref
+from ddpcheck.preflight.units import parse_size
+
+OPTIMIZERS = ("adamw", "adam", "sgd")
+AMP_MODES = ("bf16", "fp16")
+
+
+def _without_option(exc: Exception) -> str:
+    """click names the option itself: ``--model 'x': ...`` -> ``'x': ...``."""
+    text = str(exc)
+    return text.split(" ", 1)[1] if text.startswith("--") and " " in text else text
+
+
+class SizeType(click.ParamType):
+    """``24GiB`` / ``24GB`` / ``16G`` / ``512MiB`` -> bytes."""
+
+    name = "SIZE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        try:
+            return parse_size(value)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class ShapeType(click.ParamType):
+    """``3,224,224`` (or ``3x224x224``) -> ``(3, 224, 224)``: one sample, no batch dimension."""
+
+    name = "C,H,W"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            return parse_input_shape(value)
+        except SpecError as exc:
+            self.fail(_without_option(exc), param, ctx)
+
+
+class RefType(click.ParamType):
+    """``MODULE:FUNCTION`` or ``path/to/file.py:FUNCTION`` (checked for form here;
+    imported before any worker starts)."""
+
+    name = "MODULE:FN"
+
+    def convert(self, value, param, ctx):
+        try:
+            split_ref(str(value), "--option")
+        except SpecError as exc:
+            self.fail(_without_option(exc), param, ctx)
+        return str(value)
+
+
+class OptimizerType(RefType):
+    """``adamw`` / ``adam`` / ``sgd``, or ``MODULE:FN`` where ``FN(params)`` returns
+    the optimizer your script builds."""
+
+    name = "adamw|adam|sgd|MODULE:FN"
+
+    def convert(self, value, param, ctx):
+        if str(value).lower() in OPTIMIZERS:
+            return str(value).lower()
+        if ":" not in str(value):
+            self.fail(f"{value!r}: use adamw, adam, sgd, or MODULE:FN for your own "
+                      f"(FN(params) returns a torch.optim.Optimizer)", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+SIZE, SHAPE, REF, OPTIMIZER = SizeType(), ShapeType(), RefType(), OptimizerType()
+
+
+@dataclass(frozen=True)
+class PreflightOptions:
+    gpus: Optional[int] = None
+    backend: str = "auto"
+    dataset_size: Optional[int] = None
+    batch_size: Optional[int] = None
+    global_batch_size: Optional[int] = None
+    drop_last: bool = False
+    sampler_drop_last: bool = False
+    grad_accum: int = 1
+    base_batch: Optional[int] = None
+    base_lr: Optional[float] = None
+    data_parallel: bool = False
+    model: Optional[str] = None
+    input_shape: Optional[tuple] = None
+    sample: Optional[str] = None
+    loss: Optional[str] = None
+    optimizer: str = "adamw"
+    amp: Optional[str] = None
+    find_unused_parameters: bool = False
+    gradient_as_bucket_view: bool = False
+    static_graph: bool = False
+    sync_bn: bool = False
+    gpu_memory: Optional[int] = None
+    reserve: Optional[int] = None
+    safety_margin: float = 0.10
+    timeout: float = 120.0
+    bandwidth_size: Optional[int] = None
+    output_format: str = "text"
+
+    @property
+    def custom_optimizer(self) -> bool:
+        return self.optimizer not in OPTIMIZERS
+
+
+def check_combinations(opts: PreflightOptions) -> None:
+    """Options that need or exclude each other (single values are click's job)."""
+    if opts.batch_size is not None and opts.global_batch_size is not None:
+        fail("give either --batch-size (per GPU) or --global-batch-size (all GPUs), not both")
+    if opts.base_lr is not None and opts.base_batch is None:
+        fail("--base-lr needs --base-batch (the global batch that lr was tuned at)")
+    model_only = {"input_shape": opts.input_shape, "sample": opts.sample, "loss": opts.loss,
+                  "gpu_memory": opts.gpu_memory, "reserve": opts.reserve, "amp": opts.amp}
+    flags = {"sync_bn": opts.sync_bn, "find_unused_parameters": opts.find_unused_parameters,
+             "gradient_as_bucket_view": opts.gradient_as_bucket_view,
+             "static_graph": opts.static_graph}
+    if opts.model is None:
+        for key, value in {**model_only, **flags}.items():
+            if value:
+                fail(f"--{key.replace('_', '-')} needs --model MODULE:FACTORY")
+        if opts.optimizer != "adamw":
+            fail("--optimizer needs --model MODULE:FACTORY")
+        return
+    if opts.input_shape is None and opts.sample is None:
+        fail("--model needs an input: --input-shape C,H,W or --sample MODULE:FN")
+    if opts.input_shape is not None and opts.sample is not None:
+        fail("give --input-shape or --sample, not both")
+    if opts.static_graph and opts.find_unused_parameters:
+        # DDP accepts both, but static_graph already handles unused parameters
+        fail("--static-graph already handles unused parameters: drop --find-unused-parameters")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to build and how to train it for the memory step."""
+
+    factory: str
+    input_shape: Optional[tuple] = None
+    sample: Optional[str] = None
+    loss: Optional[str] = None
+    optimizer: str = "adamw"
+    amp: Optional[str] = None
+    find_unused_parameters: bool = False
+    gradient_as_bucket_view: bool = False
+    static_graph: bool = False
+    sync_bn: bool = False
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything one worker needs (picklable: spawned workers get it too)."""
+
+    backend: str
+    device: str
+    timeout: float
+    bandwidth_bytes: int
+    bandwidth_iters: int
+    model: Optional[ModelSpec] = None
+    gpu_memory: Optional[int] = None
+    reserve: Optional[int] = None
+    safety_margin: float = 0.10
+    batch_size: Optional[int] = None
+    results_dir: Optional[str] = None
+    deadline: float = 0.0
+    launched_by: str = "ddpcheck"  # or "torchrun" / "slurm": this process is the rank
+    gather: bool = False  # under a launcher: gather every rank's result on every rank
+    threads: Optional[int] = None
+
+
+def model_spec(opts: PreflightOptions) -> Optional[ModelSpec]:
+    if opts.model is None:
+        return None
+    return ModelSpec(opts.model, opts.input_shape, opts.sample, opts.loss, opts.optimizer,
+                     opts.amp, opts.find_unused_parameters, opts.gradient_as_bucket_view,
+                     opts.static_graph, opts.sync_bn)

@@ -1,0 +1,161 @@
+"""The launcher's watchdog: stops ranks that can no longer finish, and says why.
+
+It reads only the progress files (:mod:`ddpcheck.preflight.progress`) and the
+workers' stderr logs, never the process group, so nothing a rank does can
+block it. It stops the run:
+
+* when a rank posted a failure at meeting point ``k`` (or finished) and a peer
+  has not reached ``k`` within ``grace`` seconds: that peer is stuck where the
+  failed rank will never join it (typically DDP's gradient all_reduce);
+* when a rank has waited at a meeting point for ``probe_after`` seconds while
+  a peer is still before it, and the peer's stack (dumped on SIGUSR1) shows it
+  blocked in a ``torch.distributed`` collective: a collective only that rank
+  calls, which can never complete;
+* at the deadline (``--timeout``).
+
+Before killing, every unfinished rank gets SIGUSR1 so its faulthandler writes
+its stack to its log; the report names each rank's frame.
+"""
+
+from __future__ import annotations
+
+import enum
+import multiprocessing
+import os
+import signal
+import threading
+import time
+from typing import Optional
+
+from ddpcheck.preflight import forensics
+from ddpcheck.preflight.progress import read_records
+
+
+class StopReason(str, enum.Enum):
+    NONE = "none"
+    DEADLINE = "deadline"
+    PEER_FAILED = "peer_failed"  # a rank failed or finished; the others could not follow
+    ALONE_IN_COLLECTIVE = "alone_in_collective"
+
+
+class Watchdog(threading.Thread):
+    def __init__(self, results_dir: str, log_dir: str, nproc: int, deadline: float,
+                 grace: float = 3.0, probe_after: float = 2.0, probe_every: float = 5.0):
+        super().__init__(name="ddpcheck-preflight-watchdog", daemon=True)
+        self.results_dir = results_dir
+        self.log_dir = log_dir
+        self.nproc = nproc
+        self.deadline = deadline
+        self.grace = grace
+        self.probe_after = probe_after
+        self.probe_every = probe_every
+        self.stop = threading.Event()
+        self.killed: dict[int, int] = {}  # rank -> pid
+        self.reason = StopReason.NONE
+        self.trigger_rank: Optional[int] = None  # the rank whose failure (or wait) stopped the run
+        self.alone: dict[int, forensics.StackReading] = {}  # rank -> where it waits alone
+        self._seen: dict[tuple, float] = {}  # (rank, seq, final) -> first seen
+        self._probed: dict[tuple, float] = {}  # (rank, seq) -> last probe time
+
+    def run(self) -> None:
+        while not self.stop.wait(0.05):
+            records = read_records(self.results_dir)
+            finals = {r for r, rec in records.items() if rec.final}
+            if len(finals) == self.nproc:
+                return
+            now = time.time()
+            if now >= self.deadline:
+                self._stop_all(records, finals, StopReason.DEADLINE, None)
+                return
+            trigger = self._failed_and_left_behind(records, finals, now)
+            if trigger is not None:
+                self._stop_all(records, finals, StopReason.PEER_FAILED, trigger)
+                return
+            alone = self._alone_in_collective(records, finals, now)
+            if alone is not None:
+                self._stop_all(records, finals, StopReason.ALONE_IN_COLLECTIVE, alone)
+                return
+
+    # -- the triggers ------------------------------------------------------------------
+
+    def _failed_and_left_behind(self, records, finals, now) -> Optional[int]:
+        for rank, rec in records.items():
+            if not (rec.final or rec.failure is not None):
+                continue
+            key = (rank, rec.seq, rec.final)
+            first = self._seen.setdefault(key, now)
+            if now - first < self.grace:
+                continue
+            for other in range(self.nproc):
+                if other == rank or other in finals:
+                    continue
+                peer = records.get(other)
+                if rec.final or peer is None or peer.seq < rec.seq:
+                    return rank
+        return None
+
+    def _alone_in_collective(self, records, finals, now) -> Optional[int]:
+        waiting = [rec for rec in records.values() if rec.waiting and not rec.final]
+        if not waiting:
+            return None
+        ahead = max(waiting, key=lambda rec: rec.seq)
+        if now - ahead.since < self.probe_after:
+            return None
+        for rank in range(self.nproc):
+            peer = records.get(rank)
+            if rank in finals or peer is None or peer.seq >= ahead.seq or peer.waiting:
+                continue
+            key = (rank, peer.seq)
+            last = self._probed.get(key)
+            if last is not None and now - last < self.probe_every:
+                continue
+            self._probed[key] = now
+            reading = self._probe(rank, peer.pid)
+            if reading is not None and reading.collective:
+                self.alone[rank] = reading
+                self.trigger_rank = ahead.rank
+                return rank
+        return None
+
+    def _probe(self, rank: int, pid: int) -> Optional[forensics.StackReading]:
+        offset = forensics.log_size(self.log_dir, rank)
+        if not self._signal(pid, signal.SIGUSR1):
+            return None
+        for _ in range(20):  # the dump is written from a signal handler: give it a moment
+            time.sleep(0.05)
+            reading = forensics.read_stack(forensics.stderr_lines(self.log_dir, rank, offset))
+            if reading is not None:
+                return reading
+        return None
+
+    # -- stopping ----------------------------------------------------------------------
+
+    def _stop_all(self, records, finals, reason: StopReason, trigger: Optional[int]) -> None:
+        self.reason = reason
+        if self.trigger_rank is None:
+            self.trigger_rank = trigger
+        doomed = {rank: (records.get(rank).pid if records.get(rank) else None)
+                  for rank in range(self.nproc) if rank not in finals}
+        # SIGUSR1 first: the worker's faulthandler writes every thread's stack to
+        # its log, so the report can say where each rank was
+        for rank, pid in doomed.items():
+            if pid and rank not in self.alone:
+                self._signal(pid, signal.SIGUSR1)
+        time.sleep(0.5)
+        for rank, pid in doomed.items():
+            if pid and self._signal(pid, signal.SIGKILL):
+                self.killed[rank] = pid
+        if len(self.killed) + len(finals) < self.nproc:
+            # a rank that never wrote its pid: kill every worker child
+            for child in multiprocessing.active_children():
+                self._signal(child.pid, signal.SIGKILL)
+
+    @staticmethod
+    def _signal(pid: Optional[int], sig: int) -> bool:
+        if not pid:
+            return False
+        try:
+            os.kill(pid, sig)
+            return True
+        except (ProcessLookupError, PermissionError):
+            return False
