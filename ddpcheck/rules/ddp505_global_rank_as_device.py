@@ -25,15 +25,21 @@ class GlobalRankAsDevice(Rule):
            "(torchrun sets it), or `rank % torch.cuda.device_count()`")
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
-        reported: set[int] = set()
-        for choice in gpu_choices(model):
-            if id(choice.node) in reported or not model.worlds(choice.ctx) & DISTRIBUTED:
+        # one finding per global-rank value and function: `set_device(rank)`, `torch.device("cuda", rank)`
+        # and `device_ids=[rank]` are one mistake, fixed once where `rank` is chosen
+        groups: dict[tuple, list] = {}
+        seen: set[int] = set()
+        for choice in sorted(gpu_choices(model), key=lambda c: c.ctx.order):
+            if id(choice.node) in seen or not model.worlds(choice.ctx) & DISTRIBUTED:
                 continue
             origin = rank_origin(model, choice.index, choice.ctx.function)
             if origin.kind is not RankKind.GLOBAL:
                 continue
-            reported.add(id(choice.node))
+            seen.add(id(choice.node))
             index = model.module.code_for_node(choice.index)
+            groups.setdefault((id(choice.ctx.function), index), []).append((choice, origin))
+        for (_, index), found in groups.items():
+            choice, origin = found[0]
             text = " ".join(model.module.code_for_node(choice.node).split())
             where = f"`{text}`" if len(text) <= 60 else f"`{choice.how}`"
             if origin.source == f"`{index}`":
@@ -42,10 +48,14 @@ class GlobalRankAsDevice(Rule):
                 held = f" (`{index}` comes from {origin.source})"
             else:
                 held = f" ({origin.source})"
+            also = ""
+            if len(found) > 1:
+                others = ", ".join(f"`{c.how}`" for c, _ in found[1:4]) + (", ..." if len(found) > 4 else "")
+                also = f"; `{index}` picks the GPU again below ({others})"
             yield Hit(choice.node, message=(
-                f"{where} picks the GPU with the global rank{held}: that works on one node, where global and "
-                "local rank are equal, but on the second node rank 8 asks for GPU 8 of an 8-GPU machine "
+                f"{where} picks the GPU with the global rank{held}{also}: that works on one node, where global "
+                "and local rank are equal, but on the second node rank 8 asks for GPU 8 of an 8-GPU machine "
                 "(\"CUDA error: invalid device ordinal\")"
-    ), fix=(f"use the rank local to the node instead of `{index}`: "
+            ), fix=(f"use the rank local to the node instead of `{index}`: "
                     "`local_rank = int(os.environ[\"LOCAL_RANK\"])` (torchrun and torch.distributed.launch set "
                     "it), or `rank % torch.cuda.device_count()` (SLURM: `SLURM_LOCALID`)"))

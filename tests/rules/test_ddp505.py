@@ -121,3 +121,16 @@ def test_tuple_assignment():
     assert lines("DDP505", src) == [6]
     src = HEAD + "ws, rank = dist.get_world_size(), int(os.environ['LOCAL_RANK'])\ntorch.cuda.set_device(rank)\n"
     assert lines("DDP505", src) == []
+
+
+def test_one_value_reported_once_per_function_naming_the_other_uses():
+    """GPT-2 trainers: `local_rank = dist.get_rank()` then set_device, torch.device and device_ids:
+    one mistake, one finding at the first use; another function's use is its own finding."""
+    src = HEAD + ("rank = dist.get_rank()\ntorch.cuda.set_device(rank)\n"
+                  "device = torch.device('cuda', rank)\n"
+                  "m = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank], output_device=rank)\n"
+                  "def evaluate():\n    r = dist.get_rank()\n    return torch.zeros(1).to(r)\n")
+    found = findings("DDP505", src)
+    assert [f.line for f in found] == [6, 11]
+    assert "picks the GPU again below" in found[0].message and "torch.device" in found[0].message
+    assert "again" not in found[1].message
