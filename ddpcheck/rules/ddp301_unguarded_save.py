@@ -19,6 +19,9 @@ _WHY = {
     "save": "every rank writes the same checkpoint to the same path at once: N-fold I/O and, when the writes interleave, a corrupt file",
     "SummaryWriter": "every rank opens its own TensorBoard event file, so each curve appears once per GPU",
     "wandb": "every rank starts or logs to its own W&B run (or fails: wandb.log before wandb.init on the other ranks)",
+    "save_pretrained": ("every rank writes the same weights and config files into the same folder at once: N-fold "
+                        "I/O and, when the writes interleave, a corrupt checkpoint (guard it, or pass "
+                        "`is_main_process=` as Hugging Face's examples do)"),
 }
 
 
@@ -31,6 +34,10 @@ def checkpoint_write(site: CallSite) -> str | None:
         return "SummaryWriter"
     if q in ("wandb.init", "wandb.log"):
         return "wandb"
+    if site.attr == "save_pretrained" and site.receiver is not None and site.node.args \
+            and not site.has_keyword("is_main_process") and not site.has_star_args:
+        # Hugging Face models, tokenizers, PEFT adapters, pipelines: `is_main_process=` is their own guard
+        return "save_pretrained"
     return None
 
 
@@ -41,6 +48,8 @@ def per_rank_target(model: ScriptModel, site: CallSite, kind: str) -> bool:
         target = site.arg("f", 1)
     elif kind == "SummaryWriter":
         target = site.arg("log_dir", 0)
+    elif kind == "save_pretrained":
+        target = site.arg("save_directory", 0)
     else:
         return False
     return per_rank_path(model, target, site.ctx.function)
