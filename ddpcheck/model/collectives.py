@@ -179,22 +179,29 @@ def param_for_arg(fn: FunctionInfo, call: CallSite, arg: cst.Arg) -> str | None:
     return params[idx] if idx < len(params) else None
 
 
-def calls_param(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0) -> CallSite | None:
+def calls_param(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0,
+                grad: bool = False) -> CallSite | None:
     """The function calls its parameter `param` (`model(images)`), directly or
-    by handing it to another local function that does."""
+    by handing it to another local function that does. With `grad`, only a
+    call made with autograd on counts (an adversarial evaluation's
+    `loss = model(x).loss; loss.backward()` after its `no_grad` forward)."""
     for c in model.calls_in(fn):
         if isinstance(c.node.func, cst.Name) and c.node.func.value == param:
+            if grad and no_grad(model, c.ctx):
+                continue
             return c
     if depth >= 2:
         return None
     for c in model.calls_in(fn):
+        if grad and no_grad(model, c.ctx):
+            continue
         for a in c.node.args:
             if isinstance(a.value, cst.Name) and a.value.value == param:
                 target = model.resolve_call(c)
                 if target is None:
                     continue
                 p = param_for_arg(target[1], c, a)
-                if p and calls_param(target[0], target[1], p, depth + 1):
+                if p and calls_param(target[0], target[1], p, depth + 1, grad):
                     return c
     return None
 
@@ -264,14 +271,15 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
             if a.star or holds_ddp(model, a.value, fn, c.ctx.order) is None:
                 continue
             p = param_for_arg(tfn, c, a)
-            inner = calls_param(tmodel, tfn, p) if p else None
-            if inner is not None and (no_grad(model, c.ctx) or no_grad(tmodel, inner.ctx)):
-                break   # an evaluation forward: see above
+            if not p or calls_param(tmodel, tfn, p) is None:
+                continue
+            # only evaluation forwards (under no_grad there or here) are not judged: see above
+            inner = None if no_grad(model, c.ctx) else calls_param(tmodel, tfn, p, grad=True)
             if inner is not None:
                 events.append(Event(c, frozenset({"forward"}), worlds, _label(c),
                                     via=f"runs the DDP forward of `{dotted_name(a.value)}` "
                                         f"(`{inner.func}(...)` in `{tfn.qualname}`{where})"))
-                break
+            break
         else:
             unguarded = [e for e in function_events(tmodel, tfn) if e.worlds & DISTRIBUTED == DISTRIBUTED]
             if unguarded:
