@@ -41,6 +41,17 @@ def test_every_rule_has_a_complete_page(code):
     assert good, f"rules/{code}.md: no ```python block under ## Use instead"
 
 
+@pytest.mark.parametrize("code", CODES)
+def test_every_page_says_whether_the_rule_is_fixable(code):
+    """`**Fix:** safe/unsafe, applied by ...` exactly for the rules that carry an autofix."""
+    from ddpcheck.rules.base import REGISTRY
+
+    fix_lines = [line for line in load_page(code).splitlines() if line.startswith("**Fix:**")]
+    assert len(fix_lines) == 1, f"rules/{code}.md: one **Fix:** line under the severity"
+    automatic = "--fix" in fix_lines[0]
+    assert automatic == bool(getattr(REGISTRY[code], "fixable", False)), fix_lines[0]
+
+
 @pytest.mark.parametrize("code, block", example_blocks("bad"))
 def test_example_block_reports_the_rule(code, block):
     codes = [f.code for f in lint_source(block, "example.py", EVERY_RULE)]
