@@ -50,7 +50,7 @@ def comments(text: str) -> Counter:
 
 
 def test_the_fixable_rules_are_the_ones_with_mechanical_fixes():
-    assert FIXABLE == ["DDP101", "DDP102", "DDP201", "DDP302", "DDP303", "DDP402", "DDP501"]
+    assert FIXABLE == ["DDP101", "DDP102", "DDP201", "DDP302", "DDP303", "DDP307", "DDP402", "DDP501"]
 
 
 @pytest.mark.parametrize("code", FIXABLE)
@@ -143,6 +143,23 @@ def test_map_location_is_safe_only_straight_into_load_state_dict(tmp_path):
     assert "model.load_state_dict(torch.load('ckpt.pth', map_location=\"cpu\"))" in outcome.fixed
     [left] = outcome.result.findings
     assert left.line == 6 and left.applicability is Applicability.UNSAFE
+
+
+def test_exist_ok_is_safe_only_under_an_existence_test(tmp_path):
+    source = ("import os\nfrom pathlib import Path\nimport torch.distributed as dist\n"
+              "dist.init_process_group('nccl')\n"
+              "if not os.path.exists('out'):\n    os.makedirs('out')\n"
+              "os.makedirs('runs', 0o755)\nPath('ckpt').mkdir(parents=True)\nos.mkdir('samples')\n"
+              "os.makedirs('logs', exist_ok=False)\n")
+    safe = fix_of("DDP307", source, tmp_path)
+    assert "    os.makedirs('out', exist_ok=True)\n" in safe.fixed
+    left = {f.line: f.applicability for f in safe.result.findings}
+    # unsafe without the existence test; os.mkdir and an explicit exist_ok=False get no fix
+    assert left == {7: Applicability.UNSAFE, 8: Applicability.UNSAFE, 9: None, 10: None}
+    unsafe = fix_of("DDP307", source, tmp_path, unsafe=True)
+    assert "os.makedirs('runs', 0o755, exist_ok=True)" in unsafe.fixed
+    assert "Path('ckpt').mkdir(parents=True, exist_ok=True)" in unsafe.fixed
+    assert "os.mkdir('samples')\n" in unsafe.fixed and "exist_ok=False" in unsafe.fixed
 
 
 def test_destroy_goes_at_the_end_of_the_entry_point_not_of_a_setup_helper(tmp_path):

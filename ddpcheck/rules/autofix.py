@@ -248,3 +248,16 @@ def _assigns_call(stmt, key: str, call: cst.Call) -> bool:
     assign = stmt.body[0]
     return (isinstance(assign, cst.Assign) and len(assign.targets) == 1
             and dotted_name(assign.targets[0].target) == key and assign.value is call)
+
+
+# --- DDP307: `exist_ok=True` ----------------------------------------------------------
+
+def exist_ok_edit(site: CallSite, checked: bool) -> Edit | None:
+    """`os.makedirs(d)` / `Path(d).mkdir()` -> `..., exist_ok=True)`; `os.mkdir`
+    has no such argument, and an explicit `exist_ok=False` is the author's
+    choice. Safe under `if not os.path.exists(d):` (the call never met an
+    existing folder in a single process either); otherwise unsafe: a script
+    that relied on the error to refuse reusing a folder would go on."""
+    if site.qual == "os.mkdir" or site.has_star_args or site.arg("exist_ok", 2) is not None:
+        return None
+    return AddArg(call=site.node, keyword="exist_ok", code="True", safe=checked)

@@ -9,6 +9,7 @@ from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.makedirs import folder_creation, racy_folder_creation
 from ddpcheck.model.rankfirst import every_rank_at_once, unordered_work
 from ddpcheck.model.script import ScriptModel
+from ddpcheck.rules.autofix import exist_ok_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
 _CHECKED = ("the existence check and the creation are not atomic, so several ranks see the folder missing and "
@@ -26,6 +27,7 @@ class MakedirsRace(Rule):
     name = "makedirs-race"
     severity = Severity.WARNING
     short = "folder created on every rank without `exist_ok=True`: FileExistsError"
+    fixable = True
     message = ("a folder is created on every rank without `exist_ok=True`: the ranks race, and all but the "
                "first raise FileExistsError")
     fix = ("pass `exist_ok=True` (`os.makedirs(d, exist_ok=True)`, `Path(d).mkdir(parents=True, exist_ok=True)`), "
@@ -42,7 +44,8 @@ class MakedirsRace(Rule):
                     found = folder_creation(model, site)
                     call = f"`{site.func}(...)`" if site.func else "this mkdir"
                     yield Hit(site.node, message=(
-                        f"{call} runs on every rank without `exist_ok=True`: {_CHECKED if found.checked else _BARE}"))
+                        f"{call} runs on every rank without `exist_ok=True`: {_CHECKED if found.checked else _BARE}"),
+                        edit=exist_ok_edit(site, found.checked))
                 continue
             target = model.resolve_call(site)
             if target is None or target[0] is model:
