@@ -19,6 +19,9 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -58,6 +61,21 @@ def bare_parse(files: list[str]) -> tuple[float, int]:
     return time.perf_counter() - start, failures
 
 
+def ruff_executable() -> str | None:
+    """ruff beside this Python (a venv) or on PATH; None when not installed."""
+    here = Path(sys.executable).parent / "ruff"
+    return str(here) if here.exists() else shutil.which("ruff")
+
+
+def ruff_check(files: list[str], ruff: str) -> float:
+    """Seconds for `ruff check` (its default rules, all cores, no cache) over the same files."""
+    start = time.perf_counter()
+    subprocess.run([ruff, "check", "--isolated", "--no-cache", "--exit-zero", "--quiet", *files],
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                   env=dict(os.environ, RUFF_NO_CACHE="true"))
+    return time.perf_counter() - start
+
+
 def ddpcheck_lint(files: list[str], jobs: int) -> tuple[float, list]:
     settings = LintSettings(enabled=frozenset(known_codes()))
     start = time.perf_counter()
@@ -82,12 +100,15 @@ def main() -> None:
     prefiltered = sum(might_have_findings(t.decode("utf-8", "replace")) for t in texts)
     del texts
 
-    lint_s = parse_s = float("inf")
+    ruff = ruff_executable()
+    lint_s = parse_s = ruff_s = float("inf")
     for _ in range(max(1, args.repeat)):
         seconds, results = ddpcheck_lint(files, args.jobs)
         lint_s = min(lint_s, seconds)
         seconds, parse_failures = bare_parse(files)
         parse_s = min(parse_s, seconds)
+        if ruff is not None:
+            ruff_s = min(ruff_s, ruff_check(files, ruff))
     findings = sum(len(r.findings) for r in results)
     errors = sum(r.error is not None for r in results)
 
@@ -101,6 +122,14 @@ def main() -> None:
     ratio = lint_s / parse_s
     verdict = "ok" if ratio < 0.5 else "SLOWER THAN TARGET"
     print(f"ratio:            {ratio:.2f}x the bare parse (target < 0.5x): {verdict}")
+    if ruff is not None:
+        to_ruff = lint_s / ruff_s
+        print(f"ruff check:       {ruff_s:7.2f} s  {len(files) / ruff_s:8.0f} files/s  (default rules, all cores, "
+              f"no cache)")
+        print(f"ddpcheck / ruff:  {to_ruff:.1f}x (about 12x before value flow; must not grow, aim 6x): "
+              f"{'ok' if to_ruff <= 12 else 'SLOWER THAN BEFORE'}")
+    else:
+        print("ruff check:       not installed (pip install ruff to compare)")
     if not args.no_cache_runs:
         cache_runs(files, args.jobs)
 
