@@ -154,7 +154,7 @@ def test_lr_suggestions_linear_and_sqrt():
     lr = sp.lr_suggestion(0.1, 256, 1024)
     assert lr.linear == pytest.approx(0.4)
     assert lr.sqrt == pytest.approx(0.2)
-    # seed 002: lr * gpus * batch / 32 is linear scaling from batch 32 on one GPU
+    # SSD300-style lr * gpus * batch / 32 is linear scaling from batch 32 on one GPU
     lr = sp.lr_suggestion(2.6e-3, 32, 4 * 64)
     assert lr.linear == pytest.approx(2.6e-3 * 4 * (64 / 32))
 
