@@ -117,7 +117,7 @@ def test_rule_by_name_or_code():
 @pytest.mark.parametrize("code", sorted(REGISTRY))
 def test_a_rule_page_says_whether_the_rule_is_fixable(code):
     page = CliRunner().invoke(main, ["rule", code]).stdout
-    assert ("**Fix:**" in page) == REGISTRY[code].fixable
+    fix_line = page[page.index("**Fix:**"):].split("\n\n")[0]
+    assert ("ddpcheck lint --fix" in fix_line) == REGISTRY[code].fixable, fix_line
     if REGISTRY[code].fixable:
-        fix_line = page[page.index("**Fix:**"):].split("\n\n")[0]
-        assert ("--unsafe-fixes" in fix_line) == (code in ("DDP201", "DDP303"))
+        assert ("--unsafe-fixes" in fix_line) == (code in ("DDP201", "DDP303", "DDP307"))
