@@ -371,9 +371,9 @@ def print_results(options: LintOptions, results: list[FileResult], input_errors:
         click.echo(report.json_document(results, input_errors, files_checked, options.statistics))
         return
     if fmt == "sarif":
-        from ddpcheck.cli import registry
+        from ddpcheck.rules import REGISTRY  # importing the package registers every rule
 
-        click.echo(report.sarif_document(results, input_errors, registry()))
+        click.echo(report.sarif_document(results, input_errors, REGISTRY))
         return
     if fmt == "junit":
         click.echo(report.junit_document(results, input_errors))
