@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.model.epochs import arg_index, param_for, param_loops
+from ddpcheck.model.flow import loops_in
 from ddpcheck.model.query import query
 from ddpcheck.model.reads import reads, reads_name
-from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel, owner_class
+from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel
 from ddpcheck.model.values import LoaderInfo, iterated_keys
 
 from ddpcheck.model.vocabulary import EVAL_FUNCTION, EVAL_LOADER_NAME, TRAIN_NAME  # noqa: E402
@@ -44,13 +45,6 @@ def no_grad(model: ScriptModel, ctx: Ctx) -> bool:
         return True
     fn = ctx.function
     return fn is not None and any(d.rpartition(".")[2] in ("no_grad", "inference_mode") for d in fn.decorators)
-
-
-def _same_scope(a: Ctx, scope: FunctionInfo | None, key: str) -> bool:
-    if key.startswith("self."):
-        cls = owner_class(a)
-        return cls is not None and scope is not None and cls == scope.class_name
-    return a.function is scope
 
 
 def _param_loops(model: ScriptModel, fn: FunctionInfo, param: str, via: CallSite, depth: int) -> list[LoaderLoop]:
@@ -89,14 +83,24 @@ def loader_loops(model: ScriptModel, loader: LoaderInfo) -> list[LoaderLoop]:
     return found
 
 
+def _scopes_sharing(model: ScriptModel, key: str, scope: FunctionInfo | None) -> list[FunctionInfo | None]:
+    """The functions where `key` names the same object as in `scope`: `scope`
+    itself, or every method of its class for `self.x`."""
+    if not key.startswith("self."):
+        return [scope]
+    if scope is None or scope.class_name is None:
+        return []
+    return [f for f in model.functions if f.class_name == scope.class_name]
+
+
 def _loops_in(model: ScriptModel, key: str, scope: FunctionInfo | None) -> list[LoaderLoop]:
     found = []
-    for loop in model.loops:
-        if loop.is_for and _same_scope(loop.ctx, scope, key) and key in iterated_keys(loop.iter):
-            found.append(LoaderLoop(model, loop, None))
-    for call in model.calls:
-        if not _same_scope(call.ctx, scope, key):
-            continue
+    scopes = _scopes_sharing(model, key, scope)
+    for fn in scopes:
+        for loop in loops_in(model, fn):
+            if loop.is_for and key in iterated_keys(loop.iter):
+                found.append(LoaderLoop(model, loop, None))
+    for call in (c for fn in scopes for c in model.calls_in(fn)):
         idx = arg_index(call, key)
         if idx is None:
             continue

@@ -104,10 +104,10 @@ class _Collector:
 
     def name(self, key: str, scope: FunctionInfo | None, depth: int) -> None:
         """What the checkpoint dict under `key` was filled with before the save."""
-        for a in self.model.assigns:
+        for a in self.model.assigns_in(scope):
             if a.value is None or not (a.key == key or a.key.startswith(key + "[")):
                 continue
-            if a.ctx.function is not scope or a.ctx.order > self.sink.ctx.order:
+            if a.ctx.order > self.sink.ctx.order:
                 continue
             self.expr(a.value, scope, depth + 1)
 
