@@ -10,6 +10,7 @@ from typing import Iterator
 
 import libcst as cst
 
+from ddpcheck.model.flow import loops_in
 from ddpcheck.model.script import CallSite, FunctionInfo, Loop, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import iterated_keys
@@ -25,8 +26,7 @@ def param_loops(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0
     """The `for` loops that iterate a function's parameter, in the function
     itself or in a local function it hands the parameter on to
     (`def train(loader): return run_epoch(model, loader)`), two calls deep."""
-    found = [(model, loop) for loop in model.loops
-             if loop.ctx.function is fn and loop.is_for and param in iterated_keys(loop.iter)]
+    found = [(model, loop) for loop in loops_in(model, fn) if loop.is_for and param in iterated_keys(loop.iter)]
     if depth >= 2:
         return found
     for call in model.calls_in(fn):

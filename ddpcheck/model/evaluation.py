@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.model.epochs import arg_index, param_for, param_loops
-from ddpcheck.model.flow import loops_in
+from ddpcheck.model.flow import assignments_anywhere, loops_in
 from ddpcheck.model.query import query
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel
@@ -60,8 +60,8 @@ def _receiving_scopes(model: ScriptModel, loader: LoaderInfo) -> list[FunctionIn
     if not any(reads_name(reads(model, v), key) for v, _ in fn.returns):
         return []
     scopes = []
-    for a in model.assigns:
-        if a.key != key or a.ctx.function is fn or not isinstance(a.node, cst.Assign):
+    for a in assignments_anywhere(model, key):
+        if a.ctx.function is fn or not isinstance(a.node, cst.Assign):
             continue
         value = a.node.value
         site = model.site_of.get(id(value)) if isinstance(value, cst.Call) else None
