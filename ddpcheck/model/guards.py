@@ -16,6 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.model.flow import arguments_for, assignments_anywhere, is_param, namespace_key
+from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.query import query
 from ddpcheck.model.worlds import (
@@ -186,6 +187,9 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool
         if last in RANK_NAMES or (last and last.endswith("_rank") and last != "node_rank"):
             return True
         key = dotted_name(expr)
+        if isinstance(expr, cst.Name) and is_spawn_index(model, expr.value, scope) and \
+                not [a for a in model.assignments(expr.value, scope) if a.ctx.function is scope]:
+            return True   # `def main_worker(gpu, args)` handed to mp.spawn: `if gpu == 0:`
         if depth < 2 and key:
             assigns = model.assignments(key, scope)
             return bool(assigns) and all(

@@ -11,7 +11,7 @@ import libcst as cst
 
 from ddpcheck.model.names import dotted_name, string_value
 from ddpcheck.model.query import query
-from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
+from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 
 _SPAWNERS = {"spawn", "start_processes", "Process"}
 _MODULES = ("torch.multiprocessing", "multiprocessing")
@@ -35,9 +35,37 @@ def is_worker_spawn(site: CallSite) -> bool:
 
 
 @query(on_cycle=False)
-def spawns_workers(model: ScriptModel, fn: FunctionInfo | None) -> bool:
-    """`fn` (None: module level) starts worker processes itself."""
-    return any(is_worker_spawn(c) for c in model.calls_in(fn))
+def spawns_workers(model: ScriptModel, fn: FunctionInfo | None, depth: int = 0) -> bool:
+    """`fn` (None: module level) starts worker processes, itself or through a
+    function of the file it calls (`main()` -> `trainer.run()` -> `mp.spawn`)."""
+    if any(is_worker_spawn(c) for c in model.calls_in(fn)):
+        return True
+    if fn is None or depth >= 2:
+        return False
+    for c in model.calls_in(fn):
+        target = model.resolve_call(c)
+        callee = target[1] if target is not None and target[0] is model else _instance_method(model, c)
+        if callee is not None and callee is not fn and spawns_workers(model, callee, depth + 1):
+            return True
+    return False
+
+
+def _instance_method(model: ScriptModel, site: CallSite) -> FunctionInfo | None:
+    """`launcher.run()` where every assignment of `launcher` in the function is
+    `Launcher(...)`, a class of this file: its `run` method."""
+    func = site.node.func
+    if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
+        return None
+    assigns = [a for a in model.assignments(func.value.value, site.ctx.function)]
+    classes = set()
+    for a in assigns:
+        if not isinstance(a.value, cst.Call) or a.augmented is not None:
+            return None
+        classes.add(dotted_name(a.value.func))
+    if len(classes) != 1:
+        return None
+    methods = model.functions_named(func.attr.value, classes.pop())
+    return methods[-1] if methods else None
 
 
 def _main_guard(test: cst.BaseExpression) -> bool:
@@ -71,4 +99,39 @@ def launches_from_module_level(model: ScriptModel) -> bool:
     return False
 
 
-__all__ = ["is_worker_spawn", "spawns_workers", "runs_in_launcher_only", "launches_from_module_level"]
+_INDEX_SPAWNERS = {"torch.multiprocessing.spawn", "torch.multiprocessing.start_processes",
+                   "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"}
+
+
+@query(on_cycle=frozenset())
+def spawn_index_params(model: ScriptModel) -> frozenset[tuple[int, str]]:
+    """(id of the function's node, parameter) for the functions of the file
+    handed to `mp.spawn(fn, ...)` / `start_processes(fn, ...)`: torch calls
+    `fn(i, *args)` with the process index `i` first, so that parameter is the
+    worker's rank, whatever it is called (`gpu`, `device`, `proc_id`)."""
+    found = set()
+    for c in model.calls:
+        if (c.qual or "") not in _INDEX_SPAWNERS:
+            continue
+        target = c.arg("fn", 0)
+        name = dotted_name(target) if target is not None else None
+        if name is None:
+            continue
+        method = name.startswith("self.") and name.count(".") == 1   # `mp.spawn(self.main_worker, ...)`
+        if "." in name and not method:
+            continue
+        for fn in model.functions_named(name.rpartition(".")[2]):
+            params = list(fn.params)
+            if method and fn.class_name is not None and owner_class(c.ctx) == fn.class_name and len(params) > 1:
+                found.add((id(fn.node), params[1]))
+            elif not method and fn.class_name is None and params:
+                found.add((id(fn.node), params[0]))
+    return frozenset(found)
+
+
+def is_spawn_index(model: ScriptModel, name: str, scope: FunctionInfo | None) -> bool:
+    """`name` is the process index mp.spawn passes to the function `scope`."""
+    return scope is not None and (id(scope.node), name) in spawn_index_params(model)
+
+
+__all__ = ["spawn_index_params", "is_spawn_index", "is_worker_spawn", "spawns_workers", "runs_in_launcher_only", "launches_from_module_level"]

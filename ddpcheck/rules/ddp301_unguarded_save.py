@@ -7,6 +7,7 @@ from typing import Iterator
 
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.guards import function_worlds, worlds_from_call
+from ddpcheck.model.launchers import runs_in_launcher_only
 from ddpcheck.model.paths import per_rank_path
 from ddpcheck.model.sharding import is_distributed_checkpoint_save
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
@@ -89,6 +90,8 @@ class UnguardedSave(Rule):
         if not runs_distributed(model):
             return
         for site in model.calls:
+            if runs_in_launcher_only(model, site.ctx):
+                continue   # `wandb.init()` before `mp.spawn(...)`: the launching process, once
             kind = checkpoint_write(site)
             if kind is not None:
                 if other_ranks_reach(model, site.ctx) and not per_rank_target(model, site, kind):
