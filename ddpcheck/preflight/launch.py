@@ -339,8 +339,9 @@ def _real_std_streams():
 
 
 def run_local(nproc: int, spec: dict, timeout: float, start_method: str = "fork",
-              grace: float = 3.0) -> LaunchOutcome:
-    """Run :func:`ddpcheck.preflight.worker.run_rank` on ``nproc`` local workers."""
+              grace: float = 3.0, entrypoint=None) -> LaunchOutcome:
+    """Run ``entrypoint(spec)`` (default :func:`ddpcheck.preflight.worker.run_rank`) on
+    ``nproc`` local workers."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -378,7 +379,7 @@ def run_local(nproc: int, spec: dict, timeout: float, start_method: str = "fork"
     failures: dict = {}
     try:
         with _real_std_streams():
-            elastic_launch(config, run_rank)(spec)
+            elastic_launch(config, entrypoint or run_rank)(spec)
     except ChildFailedError as exc:
         failures = dict(exc.failures)
     except KeyboardInterrupt:

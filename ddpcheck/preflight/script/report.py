@@ -1,0 +1,63 @@
+"""Print a script preflight: runtime verdicts with their rule codes, the writes
+that were kept away from the user's folders, and ``ddpcheck lint`` beside."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from tabulate import tabulate
+
+from ddpcheck.preflight.checks import FAIL, PASS, WARN
+from ddpcheck.preflight.report import _wrap_rows, _widths
+
+
+def _rel(path: str) -> str:
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def render_text(report: dict) -> str:
+    lines = [report["headline"], ""]
+    detail_w, fix_w = _widths()
+    rows = [(v["status"], v["title"], v["detail"], v["fix"]) for v in report["verdicts"]]
+    lines.append(tabulate(_wrap_rows(rows, (None, 34, detail_w - 10, fix_w)),
+                          headers=("", "observed at run time", "detail", "fix"),
+                          tablefmt="simple_grid", disable_numparse=True))
+    writes = report.get("writes") or []
+    if writes:
+        lines += ["", "Writes kept out of your folders (redirected to scratch, then deleted):"]
+        rows = [(w["rank"], w["kind"], _rel(w["path"]), w["where"],
+                 w["count"] if w["count"] > 1 else "") for w in writes[:20]]
+        lines.append(tabulate(rows, headers=("rank", "what", "path", "line", "times"),
+                              tablefmt="simple", disable_numparse=True))
+        if len(writes) > 20:
+            lines.append(f"... and {len(writes) - 20} more (--format json lists them all)")
+    lint = report.get("lint") or []
+    lines += ["", f"ddpcheck lint {report['target']}:"]
+    if report.get("lint_error"):
+        lines.append(f"  not linted: {report['lint_error']}")
+    elif not lint:
+        lines.append("  no findings")
+    else:
+        rows = [(f"{x['code']}", x["line"], x["severity"], x["runtime"], x["message"])
+                for x in lint]
+        lines.append(tabulate(_wrap_rows(rows, (None, None, None, 14, detail_w + fix_w - 20)),
+                              headers=("rule", "line", "severity", "at run time", "finding"),
+                              tablefmt="simple", disable_numparse=True))
+    counts = {s: sum(1 for v in report["verdicts"] if v["status"] == s) for s in (FAIL, WARN, PASS)}
+    summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no checks"
+    lines += ["", f"{summary} -> exit {report['exit_code']} "
+                  f"({report['timing']['total_seconds']:.1f} s)"]
+    if report.get("worker_logs"):
+        lines.append(f"every rank's output: {report['worker_logs']}")
+    return "\n".join(lines)
+
+
+def render_json(report: dict) -> str:
+    out = {k: v for k, v in report.items() if k != "headline"}
+    out["summary"] = report["headline"]
+    return json.dumps(out, indent=2, default=str)
