@@ -38,7 +38,7 @@ def run_script_preflight(opts: dict, script_args: list, fail) -> int:
         fail("--drop-last is for the factory mode; the script's own DataLoader settings apply")
     if opts.get("grad_accum", 1) != 1:
         fail("--grad-accum is for the factory mode")
-    steps = opts.get("steps") or DEFAULT_STEPS
+    steps = DEFAULT_STEPS if opts.get("steps") is None else opts["steps"]
     if steps < 1:
         fail(f"--steps {steps}: at least 1 step per epoch")
     if opts["gpus"] is not None and opts["gpus"] < 1:
@@ -114,8 +114,13 @@ def run_script_preflight(opts: dict, script_args: list, fail) -> int:
         fail(f"{target.display}: {refused.ending_detail}")
 
     ends = [_rank_end(ro) for ro in run.outcomes]
-    judgement = judging.judge(run.facts, ends, world, backend.note if backend.device == "cpu"
-                              else "", opts["timeout"])
+    if cuda_stand_in:
+        why = ("no CUDA devices here" if gpus_here == 0
+               else f"{gpus_here} CUDA devices for {per_node} ranks")
+        note = f"{why}: {per_node} CPU processes stand in for {per_node} GPUs"
+    else:
+        note = backend.note
+    judgement = judging.judge(run.facts, ends, world, note, opts["timeout"])
     judging.link_lint(judgement, _lint(target, judgement))
     code = judgement.exit_code
     report = {

@@ -124,6 +124,13 @@ def _v(check: ScriptCheck, status: str, text: str, detail: str, fix: str = "",
                    RULE_FOR.get(check), tuple(sorted(ranks)))
 
 
+def _at(where: str) -> str:
+    """``train.py:88`` for ``some/folder/train.py:88`` (what the reader looks for)."""
+    import os
+
+    return os.path.basename(where) if where else where
+
+
 def _size(n: Optional[int]) -> str:
     if n is None:
         return "?"
@@ -179,22 +186,23 @@ def _backend(have: list, note: str) -> Verdict:
         text = "the script did not start a process group"
         detail = note
     else:
-        text = f"init_process_group({asked!r}) at {where}" if asked else \
-            f"init_process_group() at {where}"
-        detail = f"ran on {used}" + (f"; {note}" if note else "")
+        text = (f"init_process_group({asked!r}) at {_at(where)}, ran on {used}" if asked else
+                f"init_process_group() at {_at(where)}, ran on {used}")
+        detail = note
     notes = sorted({n for f in have for n in f.init_notes})
     if notes:
         detail += "; " + "; ".join(notes)
     if stand_in:
-        detail += ("; .cuda() / .to('cuda') / set_device ran on CPU (no GPUs here): NCCL, "
-                   "CUDA placement and GPU memory are unmeasured")
+        detail += ("; .cuda() / .to('cuda') / set_device kept tensors on CPU: NCCL, CUDA "
+                   "placement and GPU memory are unmeasured")
     return _v(ScriptCheck.BACKEND, PASS, text, detail)
 
 
 def _ran(have: list) -> Verdict:
     steps = sorted({f.optimizer_steps for f in have})
     endings = sorted({f.ending.value for f in have})
-    detail = "; ".join(sorted({f.ending_detail for f in have if f.ending_detail}))
+    detail = "; ".join(sorted({f.ending_detail for f in have if f.ending_detail}
+                              | {n for f in have for n in f.notes}))
     seconds = max(f.seconds for f in have)
     text = (f"every rank ran the script: {'/'.join(map(str, steps))} optimizer steps, "
             f"ended {'/'.join(endings)}")
@@ -211,7 +219,7 @@ def _failures(facts: list, ends: list, timeout: float) -> list:
             crashes[(f.crash.type, f.crash.message, f.crash.where)].append(f)
     for (ctype, message, where), group in crashes.items():
         ranks = [f.rank for f in group]
-        at = f" at {where}" if where else ""
+        at = f" at {_at(where)}" if where else ""
         if _BN1_RE.search(message):
             out.append(_last_batch_crash(group, ctype, message, at))
         elif _UNUSED_RE.search(message):
@@ -291,7 +299,7 @@ def _collective_order(have: list) -> list:
     mm = first.mismatch
     mine = mm.mine
     parts = [f"rank {first.rank} entered {_op(mine.op, mine.shapes, mine.dtype)} at "
-             f"{mine.where}"]
+             f"{_at(mine.where)}"]
     for peer in mm.peers:
         if peer.ended is not None:
             how = {"stopped": "reached the preflight's stop point without it",
@@ -299,10 +307,10 @@ def _collective_order(have: list) -> list:
                    "exited": "exited the script without it",
                    "crashed": "crashed before it", "mismatch": "stopped on another mismatch"}
             parts.append(f"rank {peer.rank} {how.get(peer.ended, peer.ended)}"
-                         + (f" ({peer.ended_where})" if peer.ended_where else ""))
+                         + (f" ({_at(peer.ended_where)})" if peer.ended_where else ""))
         else:
             parts.append(f"rank {peer.rank} {_op(peer.op, peer.shapes, peer.dtype, article=True)} "
-                         f"at {peer.where}")
+                         f"at {_at(peer.where)}")
     text = ", ".join(parts)
     if mm.reason in ("op", "ended"):
         return [_v(ScriptCheck.COLLECTIVE_ORDER, FAIL, text,
@@ -321,12 +329,13 @@ def _collective_order(have: list) -> list:
 
 
 def _op(op: str, shapes: list, dtype: Optional[str], article: bool = False) -> str:
-    name = op if op.startswith("DDP") else op
+    name = op
     if article:
         name = ("a " if op[0].lower() not in "aeiou" or op.startswith("DDP") else "an ") + name
     if shapes and not op.startswith("DDP"):
-        shown = " ".join(str(s) for s in shapes[:2])
-        name += f" of {shown}" + (f" {dtype}" if dtype else "")
+        shown = ", ".join("a scalar" if s == [] else "[" + "x".join(map(str, s)) + "]"
+                          for s in shapes[:2])
+        name += f" ({shown}{' ' + dtype if dtype else ''})"
     return name
 
 
@@ -342,20 +351,20 @@ def _loaders(have: list, world: int, crashed: bool) -> list:
         # the sampler: does every rank get its own shard?
         if world > 1 and not lf.distributed:
             same = len({p.epochs[0].order_digest for p in peers if p.epochs}) == 1
-            detail = (f"DataLoader at {lf.where} uses {lf.sampler}: {numbers}. "
+            detail = (f"DataLoader at {_at(lf.where)} uses {lf.sampler}: {numbers}. "
                       + ("Every rank drew the same batches (first indices "
                          f"{lf.epochs[0].head[:6] if lf.epochs else []} on all ranks)"
                          if same else "Each rank walks the whole data set")
                       + f": one epoch is {world} epochs' worth of steps on duplicated data")
             out.append(_v(ScriptCheck.SAMPLER, FAIL,
-                          f"the training DataLoader ({lf.where}) has no DistributedSampler",
+                          f"the training DataLoader ({_at(lf.where)}) has no DistributedSampler",
                           detail,
                           "DataLoader(dataset, batch_size=B, sampler=DistributedSampler(dataset)) "
                           "and sampler.set_epoch(epoch) each epoch (shuffle goes to the sampler)",
                           [f.rank for f in have]))
         elif world > 1 and lf.distributed:
             out.append(_v(ScriptCheck.SAMPLER, PASS,
-                          f"the training DataLoader ({lf.where}) shards with DistributedSampler",
+                          f"the training DataLoader ({_at(lf.where)}) shards with DistributedSampler",
                           numbers))
         # set_epoch
         if lf.shuffle and len(lf.epochs) >= 2 and lf.distributed:
@@ -364,7 +373,7 @@ def _loaders(have: list, world: int, crashed: bool) -> list:
             if same and e2.set_epoch_calls == 0:
                 out.append(_v(ScriptCheck.SET_EPOCH, FAIL,
                               "epoch 2 began without set_epoch",
-                              f"the DistributedSampler of {lf.where} shuffled epoch 2 exactly "
+                              f"the DistributedSampler of {_at(lf.where)} shuffled epoch 2 exactly "
                               f"like epoch 1 (rank {main.rank} starts {e2.head[:6]} both times): "
                               f"every epoch trains on the same order",
                               "call sampler.set_epoch(epoch) at the start of every epoch, "
@@ -374,13 +383,13 @@ def _loaders(have: list, world: int, crashed: bool) -> list:
                 out.append(_v(ScriptCheck.SET_EPOCH, FAIL,
                               f"set_epoch({e2.sampler_epoch}) gave epoch 2 epoch 1's order",
                               f"set_epoch was called, but with the same value both epochs "
-                              f"(the order at {lf.where} repeats)",
+                              f"(the order at {_at(lf.where)} repeats)",
                               "pass the epoch number that changes: sampler.set_epoch(epoch)",
                               [f.rank for f in have]))
             else:
                 out.append(_v(ScriptCheck.SET_EPOCH, PASS,
                               f"set_epoch({e2.sampler_epoch}) before epoch 2: a new order",
-                              f"{lf.where}: epoch 1 started {e1.head[:4]}, epoch 2 "
+                              f"{_at(lf.where)}: epoch 1 started {e1.head[:4]}, epoch 2 "
                               f"{e2.head[:4]}"))
         # the last batch
         if lf.epochs and not crashed and lf.batch_size:
@@ -405,14 +414,14 @@ def _wraps(have: list, world: int) -> list:
         ids = (f"device_ids={w.device_ids}" + (" (dropped: the module stands on CPU here)"
                                                if w.device_ids_dropped else "")
                if w.device_ids is not None else "device_ids=None")
-        out.append(_v(ScriptCheck.DDP_WRAP, PASS, f"{w.kind} built at {w.where}",
+        out.append(_v(ScriptCheck.DDP_WRAP, PASS, f"{w.kind} built at {_at(w.where)}",
                       f"{ids}, find_unused_parameters={w.find_unused_parameters}, "
                       f"{w.parameters:,} parameters ({_size(w.parameter_bytes)}), "
                       f"{w.batchnorms} BatchNorm / {w.syncbatchnorms} SyncBatchNorm layers"))
     for s in main.syncbn:
         if s.after_wrap:
             out.append(_v(ScriptCheck.SYNC_BN, WARN,
-                          f"convert_sync_batchnorm ran after the DDP wrap ({s.where})",
+                          f"convert_sync_batchnorm ran after the DDP wrap ({_at(s.where)})",
                           "DDP registered its hooks and buffers on the old BatchNorm layers",
                           "convert first, then wrap: DDP(SyncBatchNorm.convert_sync_batchnorm("
                           "model), ...)"))
@@ -436,7 +445,7 @@ def _writes(have: list) -> list:
     for (is_save, path), ranks in sorted(by_path.items()):
         if len(ranks) < 2 or not is_save:
             continue
-        where = sorted({w.where for w in ranks.values()})
+        where = sorted({_at(w.where) for w in ranks.values()})
         out.append(_v(ScriptCheck.CHECKPOINT, FAIL,
                       f"{_ranks(ranks)} all wrote {_rel(path)}".replace("ranks 0 and 1 all",
                                                                          "ranks 0 and 1 both"),
@@ -452,7 +461,7 @@ def _writes(have: list) -> list:
                       "write logs and files on rank 0 only", ranks.keys()))
     saves = [(f.rank, w) for f in have for w in f.writes if w.kind == "torch.save"]
     if saves and not any(v.check == ScriptCheck.CHECKPOINT for v in out):
-        listed = "; ".join(f"rank {r}: {_rel(w.path)} ({w.where})" for r, w in saves[:4])
+        listed = "; ".join(f"rank {r}: {_rel(w.path)} ({_at(w.where)})" for r, w in saves[:4])
         out.append(_v(ScriptCheck.CHECKPOINT, PASS, "checkpoints written by one rank per file",
                       listed))
     return out

@@ -59,10 +59,14 @@ def resolve_target(args: list[str]) -> ScriptTarget:
         if len(args) < 2:
             raise TargetError("-m needs a module name: -- -m mypkg.train [ARGS...]")
         name = args[1]
+        # like `python -m`: the working folder comes first on the path
+        sys.path.insert(0, os.getcwd())
         try:
             spec = importlib.util.find_spec(name)
         except (ImportError, ValueError) as exc:
             raise TargetError(f"-m {name}: {exc}") from None
+        finally:
+            sys.path.remove(os.getcwd())
         if spec is None:
             raise TargetError(f"-m {name}: no module named {name!r} from {os.getcwd()}")
         origin = spec.origin

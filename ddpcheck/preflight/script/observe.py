@@ -503,7 +503,7 @@ class Observer:
                 args = args[1:]
             if obs.cuda_stand_in and backend is not None and "nccl" in str(backend).lower():
                 kwargs["backend"] = "gloo"
-                facts.init_notes.append(f"backend {backend!r} -> 'gloo' (no GPUs here)")
+                facts.init_notes.append(f"backend {backend!r} -> 'gloo'")
             if obs.cuda_stand_in and _is_cuda(kwargs.get("device_id")):
                 kwargs.pop("device_id")
             # the preflight's launcher owns the rendezvous: a hard-coded tcp:// address

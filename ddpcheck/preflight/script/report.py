@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 
 from tabulate import tabulate
 
@@ -23,10 +24,16 @@ def _rel(path: str) -> str:
 def render_text(report: dict) -> str:
     lines = [report["headline"], ""]
     detail_w, fix_w = _widths()
-    rows = [(v["status"], v["title"], v["detail"], v["fix"]) for v in report["verdicts"]]
-    lines.append(tabulate(_wrap_rows(rows, (None, 34, detail_w - 10, fix_w)),
-                          headers=("", "observed at run time", "detail", "fix"),
-                          tablefmt="simple_grid", disable_numparse=True))
+    width = detail_w + fix_w + 30
+    for v in report["verdicts"]:
+        lines.append(textwrap.fill(v["title"], width, initial_indent=f"{v['status']:<6}",
+                                   subsequent_indent=" " * 6, break_on_hyphens=False))
+        if v["detail"]:
+            lines.append(textwrap.fill(v["detail"], width, initial_indent=" " * 6,
+                                       subsequent_indent=" " * 6, break_on_hyphens=False))
+        if v["fix"]:
+            lines.append(textwrap.fill("fix: " + v["fix"], width, initial_indent=" " * 6,
+                                       subsequent_indent=" " * 11, break_on_hyphens=False))
     writes = report.get("writes") or []
     if writes:
         lines += ["", "Writes kept out of your folders (redirected to scratch, then deleted):"]
