@@ -23,6 +23,10 @@ _BN1_RE = re.compile(r"Expected more than 1 value per channel when training")
 _UNUSED_RE = re.compile(r"Expected to have finished reduction in the prior iteration"
                         r"|did not receive grad")
 _UNUSED_NAMES_RE = re.compile(r"Parameters which did not receive grad for rank \d+: ([^\n]+)")
+# what a rank says when a peer died under it: a consequence, not a second failure
+_PEER_LOST_RE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker "
+                           r"crash|Broken pipe|ProcessGroup.*(abort|shut ?down)|failed to "
+                           r"recv|Socket Timeout|NCCL communicator was aborted", re.I)
 
 
 class ScriptCheck(str, enum.Enum):
@@ -178,6 +182,8 @@ def judge(facts: list, ends: list, world: int, backend_note: str,
 
 
 def _backend(have: list, note: str) -> Verdict:
+    if not have:
+        return _v(ScriptCheck.BACKEND, PASS, "no rank reported back (see below)", note)
     asked = next((f.backend_asked for f in have if f.backend_asked), None)
     used = next((f.backend_used for f in have if f.backend_used), None)
     where = next((f.init_where for f in have if f.init_where), "")
@@ -214,12 +220,17 @@ def _ran(have: list) -> Verdict:
 def _failures(facts: list, ends: list, timeout: float) -> list:
     out = []
     crashes: dict = defaultdict(list)
-    for f in facts:
-        if f is not None and f.ending == Ending.CRASHED and f.crash:
-            crashes[(f.crash.type, f.crash.message, f.crash.where)].append(f)
+    crashed = [f for f in facts if f is not None and f.ending == Ending.CRASHED and f.crash]
+    primary = [f for f in crashed if not _PEER_LOST_RE.search(f.crash.message)]
+    followers = [f.rank for f in crashed if f not in primary] if primary else []
+    for f in (primary or crashed):
+        crashes[(f.crash.type, f.crash.message, f.crash.where)].append(f)
     for (ctype, message, where), group in crashes.items():
         ranks = [f.rank for f in group]
         at = f" at {_at(where)}" if where else ""
+        if followers:
+            message += (f" ({_ranks(followers)} then lost {'its' if len(followers) == 1 else 'their'}"
+                        f" peer and stopped)")
         if _BN1_RE.search(message):
             out.append(_last_batch_crash(group, ctype, message, at))
         elif _UNUSED_RE.search(message):
@@ -286,7 +297,11 @@ def _loader_numbers(lf: LoaderFact) -> str:
 
 
 def _collective_order(have: list) -> list:
-    found = [f for f in have if f.mismatch is not None]
+    # a rank that waited for a peer which crashed is part of that crash's story
+    found = [f for f in have if f.mismatch is not None
+             and not (f.mismatch.reason == "ended"
+                      and all(p.ended == Ending.CRASHED.value for p in f.mismatch.peers
+                              if p.ended is not None))]
     if not found:
         compared = max((f.collective_count for f in have), default=0)
         if compared and len(have) > 1 and all(f.ending != Ending.CRASHED for f in have):

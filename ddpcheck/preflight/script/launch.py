@@ -177,11 +177,11 @@ def run_script_rank(spec: dict) -> dict:
             where = facts.crash.where if facts.crash else ""
             observer.announce_end(facts.ending.value, where)
             progress.stage("tearing down")
-            if spec.get("gather"):
-                _post_facts(observer, facts)
             observer.uninstall()
             scratch.uninstall()
             facts.writes = list(scratch.writes)
+            if spec.get("gather"):
+                _post_facts(observer, facts)
             if dist.is_initialized():
                 try:
                     dist.destroy_process_group()
