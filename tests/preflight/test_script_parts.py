@@ -85,23 +85,32 @@ def test_schedule_serves_the_last_batch_first():
     assert schedule(0, 3) == []
 
 
-def test_steered_loader_keeps_len_and_real_batches():
+def test_steered_loader_keeps_len_and_real_batches(monkeypatch):
     torch = pytest.importorskip("torch")
     from torch.utils.data import DataLoader, TensorDataset
+    from torch.utils.data.dataloader import _BaseDataLoaderIter
 
-    from ddpcheck.preflight.script.steer import PreflightStop, Steering, steered_batch_sampler
+    from ddpcheck.preflight.script.steer import (
+        PreflightStop,
+        Steering,
+        steered_batch_sampler,
+        steered_next,
+    )
 
     data = TensorDataset(torch.arange(10))
     loader = DataLoader(data, batch_size=4)
     fact = LoaderFact(0, "t.py:1", "TensorDataset", 10, 4, False, "SequentialSampler", False,
                       False, None, None, None, 0, len(loader), True)
     steering = Steering(2)
+    monkeypatch.setattr(_BaseDataLoaderIter, "__next__",
+                        steered_next(_BaseDataLoaderIter.__next__, steering))
     sampler = steered_batch_sampler(loader.batch_sampler, fact, steering, lambda: 0,
                                     loader.sampler)
     object.__setattr__(loader, "batch_sampler", sampler)
     assert len(loader) == 3 and loader.batch_size == 4
     assert [b[0].tolist() for b in loader] == [[8, 9], [0, 1, 2, 3]]
     assert fact.epochs[0].batches_total == 3 and fact.epochs[0].first_batch == 2
+    assert fact.epochs[0].batches_served == 2
     fact.training = True  # an optimizer stepped: epoch 2's second batch stops the run
     it = iter(loader)
     assert next(it)[0].tolist() == [8, 9]

@@ -55,7 +55,7 @@ from ddpcheck.preflight.script.facts import (
     SyncBNFact,
     WrapFact,
 )
-from ddpcheck.preflight.script.steer import Steering, steered_batch_sampler
+from ddpcheck.preflight.script.steer import Steering, steered_batch_sampler, steered_next
 
 COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
                "gather", "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
@@ -236,6 +236,18 @@ class Observer:
             return real_set_epoch(sampler, epoch, *args, **kwargs)
 
         self._patch(DistributedSampler, "set_epoch", set_epoch)
+        from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+        self._patch(_BaseDataLoaderIter, "__next__",
+                    steered_next(_BaseDataLoaderIter.__next__, self.steering))
+        real_reset = _BaseDataLoaderIter._reset
+
+        @functools.wraps(real_reset)
+        def reset(it, *args, **kwargs):
+            it._ddpcheck_served = 0  # a persistent-workers iterator is reused every epoch
+            return real_reset(it, *args, **kwargs)
+
+        self._patch(_BaseDataLoaderIter, "_reset", reset)
         del Sampler
 
     def _loader_built(self, loader, DistributedSampler, RandomSampler) -> None:

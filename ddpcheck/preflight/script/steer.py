@@ -101,15 +101,37 @@ def steered_batch_sampler(inner, fact: LoaderFact, steering: Steering,
                               batches_total=len(batches),
                               first_batch=len(batches[-1]) if batches else 0)
             fact.epochs.append(epoch)
-            for served, pos in enumerate(schedule(len(batches), steering.steps)):
-                if steering.should_stop(fact, number, served):
-                    steering.stop_reason = (f"epoch {number} of the training DataLoader "
-                                            f"({fact.where}) reached")
-                    raise PreflightStop(steering.stop_reason)
-                steering.current = fact
-                epoch.batches_served = served + 1
-                if steering.on_batch is not None:
-                    steering.on_batch(fact, number, served)
+            for pos in schedule(len(batches), steering.steps):
                 yield batches[pos]
 
+    steered = SteeredBatchSampler()
+    steered.ddpcheck_fact = fact
+    return steered
+
+
+def steered_next(real_next, steering: Steering):
+    """``_BaseDataLoaderIter.__next__`` that counts the batches a steered loader
+    *delivers* (with workers, indices are fetched ahead; delivery is what the
+    training loop sees) and stops the run at the planned batch."""
+    import functools
+
+    @functools.wraps(real_next)
+    def __next__(it):
+        fact = getattr(getattr(it, "_index_sampler", None), "ddpcheck_fact", None)
+        if fact is None:
+            return real_next(it)
+        served = getattr(it, "_ddpcheck_served", 0)
+        if steering.should_stop(fact, len(fact.epochs), served):
+            steering.stop_reason = (f"epoch {len(fact.epochs)} of the training DataLoader "
+                                    f"({fact.where}) reached")
+            raise PreflightStop(steering.stop_reason)
+        steering.current = fact
+        if steering.on_batch is not None and served:
+            steering.on_batch(fact, len(fact.epochs), served)
+        batch = real_next(it)
+        it._ddpcheck_served = served + 1
+        fact.epochs[-1].batches_served = served + 1
+        return batch
+
+    return __next__
     return SteeredBatchSampler()
