@@ -178,6 +178,9 @@ def judge(facts: list, ends: list, world: int, backend_note: str,
         out.verdicts += _memory(have)
     if not any(v.status == FAIL for v in out.verdicts) and have:
         out.verdicts.insert(1, _ran(have))
+    # failures first, then warnings, then what passed (each group in run order)
+    order = {FAIL: 0, WARN: 1, PASS: 2}
+    out.verdicts.sort(key=lambda v: order[v.status])
     return out
 
 
