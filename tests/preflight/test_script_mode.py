@@ -223,6 +223,7 @@ def test_unused_parameters_are_named(run_script):
     v = run.verdict("unused-parameters")
     assert v["status"] == "FAIL" and "aux_head.weight" in v["title"]
     assert "find_unused_parameters=True" in v["fix"]
+    assert run.verdicts("memory") == []  # the step that failed measured nothing
 
 
 def test_find_unused_parameters_passes(run_script):
@@ -248,6 +249,9 @@ def test_sampler_behind_a_flag_passes_as_module(run_script):
     assert run.code == 0 and run.alarms() == []
     assert run.data["target"] == "-m trainpkg.train"
     assert run.verdict("distributed-sampler")["status"] == "PASS"
+    # two persistent loader workers prefetch ahead: the steps still count what was delivered
+    assert [r["optimizer_steps"] for r in run.data["ranks"]] == [4, 4]
+    assert run.data["ranks"][0]["loaders"][0]["num_workers"] == 2
 
 
 def test_mp_spawn_script_runs_its_worker_in_place(run_script):

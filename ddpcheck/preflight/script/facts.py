@@ -54,7 +54,7 @@ class EpochFact:
     sampler_epoch: Optional[int]  # the sampler's ``epoch`` when the pass began
     set_epoch_calls: int  # set_epoch calls on its sampler since the previous pass
     order_digest: str  # hash of the full epoch's index order on this rank
-    head: list = field(default_factory=list)  # first indices, for the report
+    head: list[int] = field(default_factory=list)  # first indices, for the report
     batches_total: int = 0  # batches the real epoch has
     batches_served: int = 0  # batches the preflight let through
     first_batch: int = 0  # size of the first batch served (the epoch's last batch)
@@ -80,7 +80,7 @@ class LoaderFact:
     batches: Optional[int]  # len(loader)
     steered: bool  # batches served in the preflight's order
     training: bool = False  # an optimizer stepped while it was being iterated
-    epochs: list = field(default_factory=list)  # EpochFact per pass
+    epochs: list[EpochFact] = field(default_factory=list)  # one per pass
 
     _nested = {"epochs": EpochFact}
 
@@ -91,7 +91,7 @@ class WrapFact:
 
     kind: str
     where: str
-    device_ids: Optional[list]
+    device_ids: Optional[list[str]]
     output_device: Optional[str]
     find_unused_parameters: bool
     broadcast_buffers: bool
@@ -138,7 +138,7 @@ class PeerPosition:
 class MismatchFact:
     seq: int
     mine: CollectiveFact
-    peers: list = field(default_factory=list)  # PeerPosition
+    peers: list[PeerPosition] = field(default_factory=list)
     reason: str = ""  # "op" / "shape" / "dtype" / "ended"
 
     _nested = {"mine": CollectiveFact, "peers": PeerPosition}
@@ -183,15 +183,15 @@ class RankFacts:
     backend_asked: Optional[str] = None  # what the script passed to init_process_group
     backend_used: Optional[str] = None
     init_where: str = ""
-    init_notes: list = field(default_factory=list)
+    init_notes: list[str] = field(default_factory=list)
     cuda_stand_in: bool = False  # .cuda()/set_device/... ran on CPU
-    set_device: list = field(default_factory=list)  # indices the script asked for
-    loaders: list = field(default_factory=list)
-    wraps: list = field(default_factory=list)
-    syncbn: list = field(default_factory=list)
-    collectives: list = field(default_factory=list)  # first ones, in order
+    set_device: list[Optional[int]] = field(default_factory=list)  # indices asked for
+    loaders: list[LoaderFact] = field(default_factory=list)
+    wraps: list[WrapFact] = field(default_factory=list)
+    syncbn: list[SyncBNFact] = field(default_factory=list)
+    collectives: list[CollectiveFact] = field(default_factory=list)  # first ones, in order
     collective_count: int = 0
-    writes: list = field(default_factory=list)
+    writes: list[WriteFact] = field(default_factory=list)
     optimizer_steps: int = 0
     memory: Optional[MemoryFact] = None
     ending: Ending = Ending.NOT_STARTED
@@ -200,7 +200,7 @@ class RankFacts:
     crash: Optional[CrashFact] = None
     mismatch: Optional[MismatchFact] = None
     seconds: float = 0.0
-    notes: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     _nested = {"loaders": LoaderFact, "wraps": WrapFact, "syncbn": SyncBNFact,
                "collectives": CollectiveFact, "writes": WriteFact, "memory": MemoryFact,

@@ -87,8 +87,13 @@ def resolve_target(args: list[str]) -> ScriptTarget:
 # -- the rank side -------------------------------------------------------------------------
 
 
+def first_line(exc: BaseException, limit: int = 300) -> str:
+    text = str(exc).strip().splitlines()
+    line = text[0] if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def _crash(exc: BaseException) -> CrashFact:
-    from ddpcheck.preflight.collectives import first_line
     from ddpcheck.preflight.script.observe import user_line_of
 
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)

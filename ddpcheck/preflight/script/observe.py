@@ -195,7 +195,7 @@ class Observer:
             self._install_cuda_stand_in()
 
     def uninstall(self) -> None:
-        self._stop_meter()
+        self._stop_meter(record=False)  # a step cut short measures nothing
         while self._modes:
             mode = self._modes.pop()
             try:
@@ -596,9 +596,16 @@ class Observer:
             self.facts.notes.append(f"memory not measured: {exc}")
             self._meter = None
 
-    def _stop_meter(self) -> None:
+    def _stop_meter(self, record: bool = True) -> None:
         meter, self._meter = self._meter, None
         if meter is None:
+            return
+        if not record:
+            if meter[0] == "cpu":
+                try:
+                    meter[2].__exit__(None, None, None)
+                except Exception:
+                    pass
             return
         try:
             if meter[0] == "cuda":

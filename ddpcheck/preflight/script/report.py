@@ -5,12 +5,22 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import textwrap
 
 from tabulate import tabulate
 
 from ddpcheck.preflight.checks import FAIL, PASS, WARN
-from ddpcheck.preflight.report import _wrap_rows, _widths
+
+
+def _width() -> int:
+    return max(100, min(shutil.get_terminal_size((120, 24)).columns, 160))
+
+
+def _wrap_rows(rows, widths) -> list:
+    """Wrap cells ourselves (tabulate's maxcolwidths turns 'False' into True)."""
+    return [tuple("\n".join(textwrap.wrap(str(cell), w, break_on_hyphens=False)) or str(cell)
+                  if w else cell for cell, w in zip(row, widths)) for row in rows]
 
 
 def _rel(path: str) -> str:
@@ -23,8 +33,7 @@ def _rel(path: str) -> str:
 
 def render_text(report: dict) -> str:
     lines = [report["headline"], ""]
-    detail_w, fix_w = _widths()
-    width = detail_w + fix_w + 30
+    width = _width() - 10
     for v in report["verdicts"]:
         lines.append(textwrap.fill(v["title"], width, initial_indent=f"{v['status']:<6}",
                                    subsequent_indent=" " * 6, break_on_hyphens=False))
@@ -52,7 +61,7 @@ def render_text(report: dict) -> str:
     else:
         rows = [(f"{x['code']}", x["line"], x["severity"], x["runtime"], x["message"])
                 for x in lint]
-        lines.append(tabulate(_wrap_rows(rows, (None, None, None, 14, detail_w + fix_w - 20)),
+        lines.append(tabulate(_wrap_rows(rows, (None, None, None, 14, width - 50)),
                               headers=("rule", "line", "severity", "at run time", "finding"),
                               tablefmt="simple", disable_numparse=True))
     counts = {s: sum(1 for v in report["verdicts"] if v["status"] == s) for s in (FAIL, WARN, PASS)}

@@ -134,4 +134,3 @@ def steered_next(real_next, steering: Steering):
         return batch
 
     return __next__
-    return SteeredBatchSampler()
