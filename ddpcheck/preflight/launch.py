@@ -29,22 +29,13 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional
 
 from ddpcheck.preflight import forensics
+from ddpcheck.preflight.options import LaunchSpec
 from ddpcheck.preflight.progress import read_records
 from ddpcheck.preflight.results import RankResult, RankStatus
 from ddpcheck.preflight.watchdog import StopReason, Watchdog
-
-
-class LaunchSpec(Protocol):
-    """What :func:`run_local` reads and fills in a worker's spec: a frozen dataclass
-    (:class:`~ddpcheck.preflight.options.RunSpec`, or script mode's ``ScriptSpec``)."""
-
-    timeout: float  # seconds the whole run may take
-    results_dir: Optional[str]  # the progress files (filled by the launcher)
-    deadline: float  # time.time() at which the watchdog stops the run (filled)
-    launched_by: str  # "ddpcheck" here; "torchrun" / "slurm" when this process is the rank
 
 
 @dataclass
@@ -93,7 +84,7 @@ def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
     """Run ``entrypoint(spec)`` on ``nproc`` local workers: the factory worker
     (:func:`ddpcheck.preflight.worker.run_rank`, the default) or script mode's rank.
 
-    ``spec`` is a frozen dataclass with the fields below (:class:`LaunchSpec`); the
+    ``spec`` is a frozen dataclass with the fields of :class:`LaunchSpec`; the
     launcher fills ``results_dir``, ``deadline`` and ``launched_by`` with
     :func:`dataclasses.replace` and hands the copy to every worker.
     """

@@ -159,7 +159,7 @@ def run_script_rank(spec: ScriptSpec) -> dict:
     the rank's :class:`RankResult` to its progress file.
     """
     from ddpcheck.preflight.progress import Progress
-    from ddpcheck.preflight.worker import _prepare_process
+    from ddpcheck.preflight.worker import prepare_process
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -173,7 +173,7 @@ def run_script_rank(spec: ScriptSpec) -> dict:
     saved = (list(sys.argv), list(sys.path), os.getcwd())
     observer = scratch = None
     try:
-        _prepare_process(spec, local_world)
+        prepare_process(spec, local_world)
         import runpy
 
         import torch
