@@ -289,3 +289,43 @@ def test_usage_errors_are_one_line(args, message, tmp_path, monkeypatch):
     assert result.exit_code == 2
     err = result.stderr if hasattr(result, "stderr") else result.output
     assert message in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_rank_that_never_ends_is_named_hung_where_it_waits(tmp_path, monkeypatch):
+    """Rank 1 sleeps after init: once rank 0 has ended, the launcher's watchdog waits its
+    grace, dumps rank 1's stack and kills it; the verdict names the line."""
+    from click.testing import CliRunner
+
+    from ddpcheck.preflight.command import preflight
+
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "stuck.py").write_text(
+        "import time\n"
+        "import torch.distributed as dist\n"
+        "dist.init_process_group('gloo')\n"
+        "if dist.get_rank() == 1:\n"
+        "    time.sleep(600)\n"
+        "dist.destroy_process_group()\n")
+    before = folder_hash(project)
+    monkeypatch.chdir(project)
+    start = time.monotonic()
+    result = CliRunner().invoke(preflight, ["--gpus", "2", "--timeout", "20", "--format",
+                                            "json", "--", "stuck.py"], catch_exceptions=False)
+    seconds = time.monotonic() - start
+    assert child_pids(os.getpid()) == [], "a worker outlived the preflight"
+    assert folder_hash(project) == before
+    data = json.loads(result.stdout)
+    assert result.exit_code == 1 and data["exit_code"] == 1
+    hang = [v for v in data["verdicts"] if v["check"] == "hang"]
+    assert len(hang) == 1 and hang[0]["ranks"] == [1] and hang[0]["status"] == "FAIL"
+    assert "still running after the other ranks had ended" in hang[0]["detail"]
+    assert "stuck at stuck.py:5" in hang[0]["detail"]
+    assert data["ranks"][0]["ending"] == "finished"
+    killed = data["ranks"][1]
+    assert killed["ending"] == "no report" and killed["status"] == "stopped"
+    assert killed["stuck_at"].startswith("stuck.py:5")
+    assert seconds < 20, "stopped by the watchdog's grace, not the deadline"

@@ -158,8 +158,71 @@ def test_judge_folds_a_peers_lost_connection_into_the_crash():
     first.ending, first.crash = Ending.CRASHED, CrashFact("RuntimeError", "CUDA error", "t.py:9")
     second = _rank(0, "bbb", 1)
     second.ending = Ending.CRASHED
-    second.crash = CrashFact("RuntimeError", "[gloo] Connection closed by peer [127.0.0.1]", "t.py:8")
+    second.crash = CrashFact("RuntimeError", "[gloo] Connection closed by peer [127.0.0.1]",
+                             "t.py:8")
     out = judge.judge([second, first], [None, None], 2, "", 60)
     crashes = [v for v in out.verdicts if v.check == judge.ScriptCheck.CRASH]
     assert len(crashes) == 1 and crashes[0].ranks == (1,)
     assert "rank 0 then lost its peer" in crashes[0].detail
+
+
+# -- the launcher's view of ranks without facts (main's RankResult) ---------------------------
+
+
+def _launched(rank: int, status, **kw):
+    from ddpcheck.preflight.results import RankResult
+
+    return RankResult(rank, status, **kw)
+
+
+def test_judge_names_a_rank_killed_at_the_deadline_as_hung():
+    from ddpcheck.preflight.results import RankStatus
+    from ddpcheck.preflight.watchdog import StopReason
+
+    ranks = [_launched(0, RankStatus.OK),
+             _launched(1, RankStatus.HUNG, stuck_at="train.py:12 in main",
+                       collective="all_reduce")]
+    out = judge.judge([_rank(0, "bbb", 1), None], ranks, 2, "", 30, StopReason.DEADLINE)
+    hang = next(v for v in out.verdicts if v.check == judge.ScriptCheck.HANG)
+    assert hang.status == "FAIL" and hang.ranks == (1,)
+    assert "no result within --timeout 30 s" in hang.detail
+    assert "stuck at train.py:12 in main in all_reduce" in hang.detail
+    assert out.exit_code == 1
+
+
+def test_judge_a_rank_left_running_after_its_peers_ended_is_hung():
+    from ddpcheck.preflight.results import RankStatus
+    from ddpcheck.preflight.watchdog import StopReason
+
+    ranks = [_launched(0, RankStatus.OK), _launched(1, RankStatus.STOPPED)]
+    out = judge.judge([_rank(0, "bbb", 1), None], ranks, 2, "", 30, StopReason.PEER_FAILED)
+    hang = next(v for v in out.verdicts if v.check == judge.ScriptCheck.HANG)
+    assert "still running after the other ranks had ended" in hang.detail
+
+
+def test_judge_a_rank_stopped_by_torch_after_a_peer_died_is_not_a_second_failure():
+    from ddpcheck.preflight.results import RankStatus
+
+    ranks = [_launched(0, RankStatus.STOPPED),
+             _launched(1, RankStatus.CRASHED, exitcode=-11, exit_text="killed by SIGSEGV",
+                       last_words="Fatal Python error: Segmentation fault at t.py:4 in f")]
+    out = judge.judge([None, None], ranks, 2, "", 30)
+    alarms = [v for v in out.verdicts if v.status != "PASS"]
+    assert [(v.check, v.ranks) for v in alarms] == [(judge.ScriptCheck.CRASH, (1,))]
+    assert alarms[0].title == "rank 1 died (killed by SIGSEGV)"
+    assert alarms[0].detail.startswith("Fatal Python error: Segmentation fault")
+
+
+def test_every_preflight_option_is_either_shared_or_factory_only():
+    """A new factory option must be refused in script mode (or declared shared here)."""
+    import dataclasses
+
+    from ddpcheck.preflight.options import PreflightOptions
+    from ddpcheck.preflight.script.command import FACTORY_ONLY, factory_only_set
+
+    shared = {"gpus", "backend", "timeout", "output_format"}
+    names = {f.name for f in dataclasses.fields(PreflightOptions)}
+    assert set(FACTORY_ONLY) | shared == names and not set(FACTORY_ONLY) & shared
+    assert factory_only_set(PreflightOptions(gpus=2, timeout=5.0)) == []
+    assert factory_only_set(PreflightOptions(amp="bf16", static_graph=True)) == \
+        ["--amp", "--static-graph"]

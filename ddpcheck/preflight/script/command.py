@@ -145,7 +145,7 @@ def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
         "lint_error": judgement.lint_error,
         "writes": [dict(vars(w), rank=f.rank) for f in run.facts if f is not None
                    for w in f.writes],
-        "ranks": [f.to_dict() if f is not None else {"rank": i, "ending": "no report"}
+        "ranks": [f.to_dict() if f is not None else _no_report(i, run)
                   for i, f in enumerate(run.facts)],
         "timing": {"total_seconds": time.time() - t0, "workers_seconds": run.elapsed},
         "worker_logs": run.log_dir,
@@ -158,6 +158,17 @@ def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
     else:
         click.echo(render.render_text(report))
     return code
+
+
+def _no_report(rank: int, run) -> dict:
+    """A rank whose script never reported: what the launcher saw of its process."""
+    out: dict = {"rank": rank, "ending": "no report"}
+    seen = next((r for r in run.ranks if r.rank == rank), None)
+    if seen is not None:
+        out.update(status=seen.status.value, stage=seen.stage, exit=seen.exit_text,
+                   stuck_at=seen.stuck_at, collective=seen.collective,
+                   last_words=seen.last_words)
+    return out
 
 
 def _lint(target, judgement) -> list:

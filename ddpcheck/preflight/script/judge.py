@@ -224,7 +224,8 @@ def _failures(facts: list, launched: list, timeout: float, stop_reason: StopReas
         ranks = [f.rank for f in group]
         at = f" at {_at(where)}" if where else ""
         if followers:
-            message += (f" ({_ranks(followers)} then lost {'its' if len(followers) == 1 else 'their'}"
+            their = "its" if len(followers) == 1 else "their"
+            message += (f" ({_ranks(followers)} then lost {their}"
                         f" peer and stopped)")
         if _BN1_RE.search(message):
             out.append(_last_batch_crash(group, ctype, message, at))
@@ -386,7 +387,8 @@ def _loaders(have: list, world: int, crashed: bool) -> list:
                           [f.rank for f in have]))
         elif world > 1 and lf.distributed:
             out.append(_v(ScriptCheck.SAMPLER, PASS,
-                          f"the training DataLoader ({_at(lf.where)}) shards with DistributedSampler",
+                          f"the training DataLoader ({_at(lf.where)}) shards with "
+                          f"DistributedSampler",
                           numbers))
         # set_epoch
         if lf.shuffle and len(lf.epochs) >= 2 and lf.distributed:
