@@ -36,6 +36,8 @@ Examples:
       --model mypkg.models:build --input-shape 3,224,224 --gpu-memory 24GiB
   ddpcheck preflight --gpus 4 --dataset-size 8607 --batch-size 4 --data-parallel
   torchrun --nnodes 2 --nproc-per-node 8 ... -m ddpcheck preflight --dataset-size 8607
+  ddpcheck preflight --gpus 2 -- train.py --epochs 90 --batch-size 32
+  ddpcheck preflight --gpus 2 --steps 5 -- -m mypkg.train --config cfg.yaml
 """
 
 POSITIVE = click.IntRange(min=1)
@@ -116,15 +118,30 @@ class PreflightCommand(click.Command):
               help="all_reduce size for the bandwidth figure. Default: 256MiB NCCL, 16MiB gloo.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True)
-def preflight(**kwargs) -> None:
+@click.option("--steps", type=POSITIVE, default=None, metavar="K",
+              help="Script mode: batches per epoch (the last batch first). Default: 3.")
+@click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SCRIPT ARGS...]")
+def preflight(steps, script_args, **kwargs) -> None:
     """A tiny real distributed run before the real job: process group and collectives,
     memory of one training step, and the data-set arithmetic.
 
     Workers start on torch's own elastic launcher; inside torchrun or srun,
     this process is the worker. Exit 0 when nothing FAILs, 1 when a check
     FAILs, 2 for usage errors.
+
+    With `-- SCRIPT ARGS...` (or `-- -m MODULE ARGS...`) it runs your own training
+    script instead: a few steps per epoch, the last batch first, into the next
+    epoch, with its writes kept out of your folders, and reports what it saw
+    beside `ddpcheck lint`'s findings.
     """
-    sys.exit(run_preflight(PreflightOptions(**kwargs)))
+    opts = PreflightOptions(**kwargs)
+    if script_args:
+        from ddpcheck.preflight.script.command import run_script_preflight
+
+        sys.exit(run_script_preflight(opts, steps, list(script_args)))
+    if steps is not None:
+        fail("--steps needs a script: ddpcheck preflight --steps K -- SCRIPT [ARGS...]")
+    sys.exit(run_preflight(opts))
 
 
 # -- the run ---------------------------------------------------------------------------------

@@ -8,7 +8,9 @@ they do not import torch again (that is most of torchrun's start-up). The
 progress protocol (:mod:`progress`) and the watchdog (:mod:`watchdog`) name a
 rank that fails, crashes or hangs with the stage it was in; :mod:`forensics`
 reads where from its log. The result is one
-:class:`~ddpcheck.preflight.results.RankResult` per rank.
+:class:`~ddpcheck.preflight.results.RankResult` per rank. Script mode
+(``ddpcheck preflight -- train.py``) starts its ranks through the same
+:func:`run_local`, with its own entry point.
 
 Launcher detection lives in :mod:`envdetect`, GPU counting in :mod:`gpus`.
 """
@@ -27,10 +29,10 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from ddpcheck.preflight import forensics
-from ddpcheck.preflight.options import RunSpec
+from ddpcheck.preflight.options import LaunchSpec
 from ddpcheck.preflight.progress import read_records
 from ddpcheck.preflight.results import RankResult, RankStatus
 from ddpcheck.preflight.watchdog import StopReason, Watchdog
@@ -77,9 +79,15 @@ def _real_std_streams():
         sys.stdout, sys.stderr = saved
 
 
-def run_local(nproc: int, spec: RunSpec, start_method: str = "fork",
-              grace: float = 3.0) -> LaunchOutcome:
-    """Run :func:`ddpcheck.preflight.worker.run_rank` on ``nproc`` local workers."""
+def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
+              grace: float = 3.0, entrypoint: Optional[Callable] = None) -> LaunchOutcome:
+    """Run ``entrypoint(spec)`` on ``nproc`` local workers: the factory worker
+    (:func:`ddpcheck.preflight.worker.run_rank`, the default) or script mode's rank.
+
+    ``spec`` is a frozen dataclass with the fields of :class:`LaunchSpec`; the
+    launcher fills ``results_dir``, ``deadline`` and ``launched_by`` with
+    :func:`dataclasses.replace` and hands the copy to every worker.
+    """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
@@ -119,7 +127,7 @@ def run_local(nproc: int, spec: RunSpec, start_method: str = "fork",
     failures: dict = {}
     try:
         with _real_std_streams():
-            elastic_launch(config, run_rank)(spec)
+            elastic_launch(config, entrypoint or run_rank)(spec)
     except ChildFailedError as exc:
         failures = dict(exc.failures)
     except (KeyboardInterrupt, SignalException):

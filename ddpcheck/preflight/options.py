@@ -5,13 +5,15 @@ are click's own (``IntRange``, ``FloatRange``), sizes, shapes and ``MODULE:FN``
 references are click parameter types, so a bad value is one
 ``ddpcheck: error: ...`` line from click itself. :func:`check_combinations`
 only checks what no single option can: options that need or exclude others.
-:class:`RunSpec` is what every worker gets (picklable, for spawn).
+:class:`RunSpec` is what every worker gets (picklable, for spawn); :class:`LaunchSpec`
+and :class:`WorkerSpec` name the fields the launcher and a worker's set-up read, which
+script mode's spec has too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Protocol
 
 import click
 
@@ -165,6 +167,22 @@ class ModelSpec:
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
     sync_bn: bool = False
+
+
+class LaunchSpec(Protocol):
+    """What :func:`~ddpcheck.preflight.launch.run_local` reads and fills in a worker's
+    spec: a frozen dataclass (:class:`RunSpec`, or script mode's ``ScriptSpec``)."""
+
+    timeout: float  # seconds the whole run may take
+    results_dir: Optional[str]  # the progress files (filled by the launcher)
+    deadline: float  # time.time() at which the watchdog stops the run (filled)
+    launched_by: str  # "ddpcheck" here; "torchrun" / "slurm" when this process is the rank
+
+
+class WorkerSpec(LaunchSpec, Protocol):
+    """What every worker's set-up reads (:func:`ddpcheck.preflight.worker.prepare_process`)."""
+
+    threads: Optional[int]  # torch threads per rank; None: the cores shared out
 
 
 @dataclass(frozen=True)

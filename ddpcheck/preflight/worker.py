@@ -13,7 +13,7 @@ import signal
 import sys
 from typing import Optional
 
-from ddpcheck.preflight.options import RunSpec
+from ddpcheck.preflight.options import RunSpec, WorkerSpec
 from ddpcheck.preflight.progress import Progress
 from ddpcheck.preflight.results import (
     FailureKind,
@@ -23,7 +23,10 @@ from ddpcheck.preflight.results import (
 )
 
 
-def _prepare_process(spec: RunSpec, local_world: int) -> None:
+def prepare_process(spec: WorkerSpec, local_world: int) -> None:
+    """What every preflight worker does first (factory and script ranks): default
+    signal actions in forked workers, stack dumps on SIGUSR1, a share of the cores.
+    ``spec``: :class:`RunSpec` or script mode's spec (``launched_by``, ``threads``)."""
     if spec.launched_by == "ddpcheck":
         # A forked worker inherits the launcher's handlers, which raise an
         # exception in Python code; the default action stops it even while it
@@ -56,7 +59,7 @@ def run_rank(spec: RunSpec) -> dict:
     result = RankResult(rank, pid=os.getpid())
     group = None
     try:
-        _prepare_process(spec, local_world)
+        prepare_process(spec, local_world)
         import torch.distributed as dist
 
         from ddpcheck.preflight import collectives

@@ -1,0 +1,186 @@
+"""``ddpcheck preflight [options] -- SCRIPT [ARGS...]``: the script mode's driver.
+
+Called by the preflight click command when arguments follow ``--``. Order:
+usage checks (no torch), the target, torch and the backend, the launch,
+the judgement across ranks, ``ddpcheck lint`` on the same file, the report.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import time
+from typing import Optional
+
+import click
+
+from ddpcheck.errors import fail
+from ddpcheck.preflight.options import PreflightOptions
+
+# what script mode reads from the script itself; these factory-mode options may only
+# keep their defaults (--gpus, --backend, --timeout, --format apply to both modes)
+FACTORY_ONLY = ("dataset_size", "batch_size", "global_batch_size", "drop_last",
+                "sampler_drop_last", "grad_accum", "base_batch", "base_lr", "data_parallel",
+                "model", "input_shape", "sample", "loss", "optimizer", "amp",
+                "find_unused_parameters", "gradient_as_bucket_view", "static_graph", "sync_bn",
+                "gpu_memory", "reserve", "safety_margin", "bandwidth_size")
+DEFAULT_STEPS = 3
+
+
+def _flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def factory_only_set(opts: PreflightOptions) -> list[str]:
+    """The factory-mode options given a value other than their default."""
+    defaults = {f.name: f.default for f in dataclasses.fields(PreflightOptions)}
+    return [_flag(name) for name in FACTORY_ONLY if getattr(opts, name) != defaults[name]]
+
+
+def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
+                         script_args: list[str]) -> int:
+    """``opts``: the parsed options (click checked each value's range); ``steps``:
+    ``--steps``, None for the default; ``script_args``: what followed ``--``."""
+    t0 = time.time()
+    given = factory_only_set(opts)
+    if given:
+        fail(f"{given[0]} is for the factory mode; with -- SCRIPT the preflight reads "
+             f"sizes, batches, the model and its training step from the script itself")
+    steps = DEFAULT_STEPS if steps is None else steps
+
+    from ddpcheck.preflight.script.launch import TargetError, resolve_target
+
+    try:
+        target = resolve_target(list(script_args))
+    except TargetError as exc:
+        fail(str(exc))
+
+    from ddpcheck.preflight import envdetect
+
+    try:
+        launched = envdetect.detect_launched()
+    except envdetect.LaunchEnvError as exc:
+        fail(str(exc))
+
+    try:
+        import torch
+        import torch.distributed as dist
+    except ImportError:
+        fail("ddpcheck preflight needs torch: pip install 'ddpcheck[preflight]'")
+    from ddpcheck.preflight import gpus
+    from ddpcheck.preflight.backend import BackendError, choose_backend
+
+    # never poison fork: count GPUs through NVML where possible
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    gpus_here, fork_safe = gpus.visible_gpus()
+    world = launched.world_size if launched else opts.gpus
+    if world is None:
+        if gpus_here == 0:
+            fail("--gpus N is required on a machine without GPUs (N CPU processes stand in "
+                 "for N GPUs)")
+        world = gpus_here
+    per_node = launched.local_world_size if launched else world
+    try:
+        backend = choose_backend(opts.backend, per_node, gpus_here, dist.is_nccl_available())
+    except BackendError as exc:
+        fail(str(exc))
+    cuda_stand_in = gpus_here < per_node or backend.device == "cpu"
+
+    from ddpcheck.preflight.script import judge as judging
+    from ddpcheck.preflight.script import launch as script_launch
+
+    if launched:
+        run = script_launch.run_in_launcher(target, steps, cuda_stand_in, opts.timeout,
+                                            launched)
+        how = f"rank {launched.rank} of {launched.world_size} under {launched.launcher}"
+        if launched.rank != 0:
+            return 0  # rank 0 prints the verdict for everyone
+    else:
+        if fork_safe:
+            # DDP's constructor imports torch._dynamo (seconds): once here, shared by
+            # every forked worker
+            import torch._dynamo  # noqa: F401
+        if torch.cuda.is_initialized():
+            fork_safe = False
+        method = "fork" if fork_safe else "spawn"
+        run = script_launch.launch_script(target, world, steps, cuda_stand_in,
+                                          opts.timeout, start_method=method)
+        if run.interrupted:
+            click.echo("ddpcheck: interrupted; workers stopped", err=True)
+            sys.exit(130)
+        if run.launcher_error:
+            fail(f"torch's elastic launcher failed before the workers ran: {run.launcher_error}")
+        how = f"workers started by torch's elastic_launch ({method}) in {run.elapsed:.1f} s"
+
+    refused = next((f for f in run.facts if f is not None and f.ending.value == "refused"), None)
+    if refused is not None:
+        fail(f"{target.display}: {refused.ending_detail}")
+
+    if cuda_stand_in:
+        why = ("no CUDA devices here" if gpus_here == 0
+               else f"{gpus_here} CUDA devices for {per_node} ranks")
+        note = f"{why}: {per_node} CPU processes stand in for {per_node} GPUs"
+    else:
+        note = backend.note
+    judgement = judging.judge(run.facts, run.ranks, world, note, opts.timeout,
+                              run.stop_reason)
+    judging.link_lint(judgement, _lint(target, judgement))
+    code = judgement.exit_code
+    report = {
+        "headline": (f"ddpcheck preflight -- {target.display}{' ' if target.argv else ''}"
+                     f"{' '.join(target.argv)}: {world} rank{'s' if world != 1 else ''}, "
+                     f"{backend.backend} on {'CPU' if backend.device == 'cpu' else 'GPU'}, "
+                     f"{how}; {steps} steps per epoch, last batch first"),
+        "mode": "script",
+        "target": target.display,
+        "argv": list(target.argv),
+        "world_size": world,
+        "backend": backend.backend,
+        "device": backend.device,
+        "cuda_stand_in": cuda_stand_in,
+        "steps": steps,
+        "verdicts": [v.to_dict() for v in judgement.verdicts],
+        "lint": [vars(x) for x in judgement.lint],
+        "lint_error": judgement.lint_error,
+        "writes": [dict(vars(w), rank=f.rank) for f in run.facts if f is not None
+                   for w in f.writes],
+        "ranks": [f.to_dict() if f is not None else _no_report(i, run)
+                  for i, f in enumerate(run.facts)],
+        "timing": {"total_seconds": time.time() - t0, "workers_seconds": run.elapsed},
+        "worker_logs": run.log_dir,
+        "exit_code": code,
+    }
+    from ddpcheck.preflight.script import report as render
+
+    if opts.output_format == "json":
+        click.echo(render.render_json(report))
+    else:
+        click.echo(render.render_text(report))
+    return code
+
+
+def _no_report(rank: int, run) -> dict:
+    """A rank whose script never reported: what the launcher saw of its process."""
+    out: dict = {"rank": rank, "ending": "no report"}
+    seen = next((r for r in run.ranks if r.rank == rank), None)
+    if seen is not None:
+        out.update(status=seen.status.value, stage=seen.stage, exit=seen.exit_text,
+                   stuck_at=seen.stuck_at, collective=seen.collective,
+                   last_words=seen.last_words)
+    return out
+
+
+def _lint(target, judgement) -> list:
+    """``ddpcheck lint``'s findings for the script file, in-process."""
+    if not target.path or not target.path.endswith(".py"):
+        judgement.lint_error = "no Python source file to lint"
+        return []
+    from ddpcheck.lint.config import known_codes
+    from ddpcheck.lint.engine import lint_path
+    from ddpcheck.settings import LintSettings
+
+    result = lint_path(target.path, LintSettings(enabled=frozenset(known_codes())))
+    if result.error:
+        judgement.lint_error = result.error
+    return list(result.findings)

@@ -1,0 +1,533 @@
+"""Judge every rank's facts together (pure Python, no torch).
+
+Each runtime observation becomes a :class:`Verdict` with a check id, a status
+and, where a ``ddpcheck lint`` rule predicts it statically, that rule's code:
+``DDP101 confirmed: epoch 2 began without set_epoch``. The lint findings for
+the same script are attached beside them (:func:`link_lint`). Formatting is
+:mod:`ddpcheck.preflight.script.report`'s job.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from ddpcheck.preflight.checks import FAIL, PASS, WARN, worst
+from ddpcheck.preflight.results import RankResult, RankStatus
+from ddpcheck.preflight.script.facts import Ending, LoaderFact
+from ddpcheck.preflight.shardplan import plan_shards
+from ddpcheck.preflight.watchdog import StopReason
+
+_BN1_RE = re.compile(r"Expected more than 1 value per channel when training")
+_UNUSED_RE = re.compile(r"Expected to have finished reduction in the prior iteration"
+                        r"|did not receive grad")
+_UNUSED_NAMES_RE = re.compile(r"Parameters which did not receive grad for rank \d+: ([^\n]+)")
+# what a rank says when a peer died under it: a consequence, not a second failure
+_PEER_LOST_RE = re.compile(r"Connection closed by peer|Connection reset by peer|remote worker "
+                           r"crash|Broken pipe|ProcessGroup.*(abort|shut ?down)|failed to "
+                           r"recv|Socket Timeout|NCCL communicator was aborted", re.I)
+
+
+class ScriptCheck(str, enum.Enum):
+    """What a verdict is about (stable ids for --format json)."""
+
+    BACKEND = "backend"
+    RUN = "run"
+    CRASH = "crash"
+    HANG = "hang"
+    COLLECTIVE_ORDER = "collective-order"
+    SET_EPOCH = "set-epoch"
+    SAMPLER = "distributed-sampler"
+    LAST_BATCH = "last-batch"
+    UNUSED_PARAMETERS = "unused-parameters"
+    CHECKPOINT = "checkpoint-writes"
+    FILE_WRITES = "file-writes"
+    DDP_WRAP = "ddp-wrap"
+    SYNC_BN = "sync-batchnorm"
+    MEMORY = "memory"
+
+
+# the static rule that predicts each runtime observation (None: runtime only)
+RULE_FOR = {
+    ScriptCheck.SET_EPOCH: "DDP101",
+    ScriptCheck.SAMPLER: "DDP104",
+    ScriptCheck.CHECKPOINT: "DDP301",
+    ScriptCheck.COLLECTIVE_ORDER: "DDP401",
+    ScriptCheck.SYNC_BN: "DDP201",
+}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    check: ScriptCheck
+    status: str  # PASS / WARN / FAIL
+    title: str  # "DDP101 confirmed: epoch 2 began without set_epoch"
+    detail: str
+    fix: str = ""
+    rule: Optional[str] = None  # the lint rule that predicts it
+    ranks: tuple = ()
+
+    @property
+    def confirms(self) -> Optional[str]:
+        """The rule this run confirmed (a WARN/FAIL carrying a rule code)."""
+        return self.rule if self.status != PASS else None
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["check"] = self.check.value
+        data["ranks"] = list(self.ranks)
+        return data
+
+
+@dataclass
+class LintLink:
+    """One ``ddpcheck lint`` finding and what the run made of it."""
+
+    code: str
+    line: int
+    severity: str
+    message: str
+    runtime: str  # "confirmed" / "not observed in this run" / "not checked at run time"
+
+
+@dataclass
+class Judgement:
+    verdicts: list = field(default_factory=list)
+    lint: list = field(default_factory=list)
+    lint_error: Optional[str] = None
+
+    @property
+    def status(self) -> str:
+        return worst(v for v in self.verdicts)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if any(v.status == FAIL for v in self.verdicts) else 0
+
+
+def _ranks(ranks) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    if len(ranks) == 2:
+        return f"ranks {ranks[0]} and {ranks[1]}"
+    return "ranks " + ", ".join(str(r) for r in ranks[:-1]) + f" and {ranks[-1]}"
+
+
+def _title(check: ScriptCheck, status: str, text: str) -> str:
+    rule = RULE_FOR.get(check)
+    if rule and status != PASS:
+        return f"{rule} confirmed: {text}"
+    return text
+
+
+def _v(check: ScriptCheck, status: str, text: str, detail: str, fix: str = "",
+       ranks=()) -> Verdict:
+    return Verdict(check, status, _title(check, status, text), detail, fix,
+                   RULE_FOR.get(check), tuple(sorted(ranks)))
+
+
+def _at(where: str) -> str:
+    """``train.py:88`` for ``some/folder/train.py:88`` (what the reader looks for)."""
+    import os
+
+    return os.path.basename(where) if where else where
+
+
+def _size(n: Optional[int]) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+# -- the judge ---------------------------------------------------------------------------
+
+
+def judge(facts: list, ranks: list, world: int, backend_note: str, timeout: float,
+          stop_reason: StopReason = StopReason.NONE) -> Judgement:
+    """``facts``: RankFacts (or None) per rank; ``ranks``: the launcher's
+    :class:`RankResult` per rank (empty under torchrun / srun, where this process is a
+    rank); ``stop_reason``: why the launcher's watchdog stopped the run, if it did."""
+    out = Judgement()
+    have = [f for f in facts if f is not None]
+    out.verdicts.append(_backend(have, backend_note))
+    failed = _failures(facts, ranks, timeout, stop_reason)
+    out.verdicts += failed
+    out.verdicts += _collective_order(have)
+    main = have[0] if have else None
+    if main is not None:
+        out.verdicts += _loaders(have, world, crashed=any(v.check == ScriptCheck.LAST_BATCH
+                                                          for v in failed))
+        out.verdicts += _wraps(have, world)
+        out.verdicts += _writes(have)
+        out.verdicts += _memory(have)
+    if not any(v.status == FAIL for v in out.verdicts) and have:
+        out.verdicts.insert(1, _ran(have))
+    # failures first, then warnings, then what passed (each group in run order)
+    order = {FAIL: 0, WARN: 1, PASS: 2}
+    out.verdicts.sort(key=lambda v: order[v.status])
+    return out
+
+
+def _backend(have: list, note: str) -> Verdict:
+    if not have:
+        return _v(ScriptCheck.BACKEND, PASS, "no rank reported back (see below)", note)
+    asked = next((f.backend_asked for f in have if f.backend_asked), None)
+    used = next((f.backend_used for f in have if f.backend_used), None)
+    where = next((f.init_where for f in have if f.init_where), "")
+    stand_in = any(f.cuda_stand_in for f in have)
+    if used is None:
+        text = "the script did not start a process group"
+        detail = note
+    else:
+        text = (f"init_process_group({asked!r}) at {_at(where)}, ran on {used}" if asked else
+                f"init_process_group() at {_at(where)}, ran on {used}")
+        detail = note
+    notes = sorted({n for f in have for n in f.init_notes})
+    if notes:
+        detail += "; " + "; ".join(notes)
+    if stand_in:
+        detail += ("; .cuda() / .to('cuda') / set_device kept tensors on CPU: NCCL, CUDA "
+                   "placement and GPU memory are unmeasured")
+    return _v(ScriptCheck.BACKEND, PASS, text, detail)
+
+
+def _ran(have: list) -> Verdict:
+    steps = sorted({f.optimizer_steps for f in have})
+    endings = sorted({f.ending.value for f in have})
+    detail = "; ".join(sorted({f.ending_detail for f in have if f.ending_detail}
+                              | {n for f in have for n in f.notes}))
+    seconds = max(f.seconds for f in have)
+    text = (f"every rank ran the script: {'/'.join(map(str, steps))} optimizer steps, "
+            f"ended {'/'.join(endings)}")
+    return _v(ScriptCheck.RUN, PASS, text,
+              (detail + "; " if detail else "") + f"{seconds:.1f} s in the script",
+              ranks=[f.rank for f in have])
+
+
+def _failures(facts: list, launched: list, timeout: float, stop_reason: StopReason) -> list:
+    out = []
+    crashes: dict = defaultdict(list)
+    crashed = [f for f in facts if f is not None and f.ending == Ending.CRASHED and f.crash]
+    primary = [f for f in crashed if not _PEER_LOST_RE.search(f.crash.message)]
+    followers = [f.rank for f in crashed if f not in primary] if primary else []
+    for f in (primary or crashed):
+        crashes[(f.crash.type, f.crash.message, f.crash.where)].append(f)
+    for (ctype, message, where), group in crashes.items():
+        ranks = [f.rank for f in group]
+        at = f" at {_at(where)}" if where else ""
+        if followers:
+            their = "its" if len(followers) == 1 else "their"
+            message += (f" ({_ranks(followers)} then lost {their}"
+                        f" peer and stopped)")
+        if _BN1_RE.search(message):
+            out.append(_last_batch_crash(group, ctype, message, at))
+        elif _UNUSED_RE.search(message):
+            names = _UNUSED_NAMES_RE.search(group[0].crash.traceback or message)
+            named = f": {names.group(1).strip()}" if names else ""
+            out.append(_v(
+                ScriptCheck.UNUSED_PARAMETERS, FAIL,
+                f"parameters without a gradient crash DDP{named}",
+                f"{_ranks(ranks)}: {ctype}: {message}{at}. DDP waits for a gradient of every "
+                f"parameter; one the forward did not use never gets one, and the next step "
+                f"fails (step {group[0].optimizer_steps + 1} here)",
+                "use every parameter in forward, delete the unused ones, or pass "
+                "find_unused_parameters=True to DDP (costs a graph traversal per step)",
+                ranks))
+        else:
+            out.append(_v(ScriptCheck.CRASH, FAIL, f"{_ranks(ranks)} crashed{at}",
+                          f"{ctype}: {message}",
+                          "the full traceback is in --format json (ranks[].crash.traceback)",
+                          ranks))
+    for end in launched:
+        if end is None or facts[end.rank] is not None:
+            continue
+        if _hung(end, stop_reason):
+            where = end.stuck_at + (f" in {end.collective}" if end.collective else "")
+            waited = (f"no result within --timeout {timeout:g} s"
+                      if stop_reason == StopReason.DEADLINE else
+                      "still running after the other ranks had ended")
+            out.append(_v(ScriptCheck.HANG, FAIL, f"rank {end.rank} hung",
+                          waited + (f", stuck at {where}" if where else "") + "; it was killed",
+                          "a collective or barrier only some ranks reach, a DDP backward one "
+                          "rank skipped, or a slow step: raise --timeout if it is only slow",
+                          [end.rank]))
+        elif end.status == RankStatus.CRASHED:
+            out.append(_v(ScriptCheck.CRASH, FAIL, f"rank {end.rank} died ({end.exit_text})",
+                          end.last_words or "no Python traceback (a crash in native code?)",
+                          "rerun with --gpus 1 to see the full error", [end.rank]))
+    return out
+
+
+def _hung(end: RankResult, stop_reason: StopReason) -> bool:
+    """Killed by the watchdog: at the deadline, or after the other ranks had ended (the
+    script has no meeting points of the tool's own, so a rank that cannot follow its
+    peers' end is waiting for them: in script mode that is a hang). A rank that
+    torch's launcher stopped because a peer process died is not."""
+    if end.status == RankStatus.HUNG:
+        return True
+    return end.status == RankStatus.STOPPED and stop_reason != StopReason.NONE
+
+
+def _last_batch_crash(group: list, ctype: str, message: str, at: str) -> Verdict:
+    ranks = [f.rank for f in group]
+    loader = next((lf for lf in group[0].loaders if lf.epochs), None)
+    arithmetic = ""
+    if loader is not None:
+        arithmetic = f" ({_loader_numbers(loader)})"
+    return _v(ScriptCheck.LAST_BATCH, FAIL,
+              "the epoch's last batch holds 1 sample and BatchNorm fails on it",
+              f"served first, the last batch{arithmetic} crashed {_ranks(ranks)}: {ctype}: "
+              f"{message}{at}; in a full run this comes at the end of epoch 1",
+              "DataLoader(drop_last=True), or a batch size that leaves 2 or more samples "
+              "per rank in the last batch", ranks)
+
+
+def _loader_numbers(lf: LoaderFact) -> str:
+    if lf.dataset_len is None or not lf.batch_size:
+        return f"{lf.sampler}, batch {lf.batch_size}"
+    replicas = lf.num_replicas if lf.distributed else 1
+    plan = plan_shards(lf.dataset_len, replicas or 1, lf.batch_size, drop_last=lf.drop_last,
+                       sampler_drop_last=bool(lf.sampler_drop_last))
+    per = f"{plan.samples_per_rank} per rank" if lf.distributed else "all of them on every rank"
+    pad = f", {plan.padded} padded" if plan.padded else ""
+    return (f"{lf.dataset_len} samples, {per}{pad}, batch {lf.batch_size} -> "
+            f"{plan.batches_per_rank} batches, the last of {plan.last_batch}"
+            + (f", drop_last drops {plan.loader_dropped_per_rank}"
+               if plan.loader_dropped_per_rank else ""))
+
+
+def _collective_order(have: list) -> list:
+    # a rank that waited for a peer which crashed is part of that crash's story
+    found = [f for f in have if f.mismatch is not None
+             and not (f.mismatch.reason == "ended"
+                      and all(p.ended == Ending.CRASHED.value for p in f.mismatch.peers
+                              if p.ended is not None))]
+    if not found:
+        compared = max((f.collective_count for f in have), default=0)
+        if compared and len(have) > 1 and all(f.ending != Ending.CRASHED for f in have):
+            ops = sorted({c.op for f in have for c in f.collectives})
+            return [_v(ScriptCheck.COLLECTIVE_ORDER, PASS,
+                       f"{compared} collectives in the same order on every rank",
+                       ", ".join(ops))]
+        return []
+    first = min(found, key=lambda f: f.mismatch.seq)
+    mm = first.mismatch
+    mine = mm.mine
+    parts = [f"rank {first.rank} entered {_op(mine.op, mine.shapes, mine.dtype)} at "
+             f"{_at(mine.where)}"]
+    for peer in mm.peers:
+        if peer.ended is not None:
+            how = {"stopped": "reached the preflight's stop point without it",
+                   "finished": "finished the script without it",
+                   "exited": "exited the script without it",
+                   "crashed": "crashed before it", "mismatch": "stopped on another mismatch"}
+            parts.append(f"rank {peer.rank} {how.get(peer.ended, peer.ended)}"
+                         + (f" ({_at(peer.ended_where)})" if peer.ended_where else ""))
+        else:
+            parts.append(f"rank {peer.rank} {_op(peer.op, peer.shapes, peer.dtype, article=True)} "
+                         f"at {_at(peer.where)}")
+    text = ", ".join(parts)
+    if mm.reason in ("op", "ended"):
+        return [_v(ScriptCheck.COLLECTIVE_ORDER, FAIL, text,
+                   f"collective #{mm.seq + 1}: the ranks disagree on what comes next; a real run "
+                   f"hangs there (or mixes up tensors) until the NCCL timeout",
+                   "make every rank reach the same collectives in the same order: move the "
+                   "collective out of the rank-only branch (reduce on all ranks, print on "
+                   "rank 0)", [first.rank] + [p.rank for p in mm.peers])]
+    return [Verdict(ScriptCheck.COLLECTIVE_ORDER, FAIL,
+                    f"{mine.op} with different {'shapes' if mm.reason == 'shape' else 'dtypes'}: "
+                    + text,
+                    f"collective #{mm.seq + 1}: the ranks pass different tensors; gloo raises, "
+                    f"NCCL hangs or reduces garbage",
+                    "pad or gather sizes first so every rank passes the same shape and dtype",
+                    None, tuple(sorted([first.rank] + [p.rank for p in mm.peers])))]
+
+
+def _op(op: str, shapes: list, dtype: Optional[str], article: bool = False) -> str:
+    name = op
+    if article:
+        name = ("a " if op[0].lower() not in "aeiou" or op.startswith("DDP") else "an ") + name
+    if shapes and not op.startswith("DDP"):
+        shown = ", ".join("a scalar" if s == [] else "[" + "x".join(map(str, s)) + "]"
+                          for s in shapes[:2])
+        name += f" ({shown}{' ' + dtype if dtype else ''})"
+    return name
+
+
+def _loaders(have: list, world: int, crashed: bool) -> list:
+    out = []
+    main = have[0]
+    for lf in main.loaders:
+        if not lf.training:
+            continue
+        peers = [next((x for x in f.loaders if x.index == lf.index), None) for f in have]
+        peers = [p for p in peers if p is not None]
+        numbers = _loader_numbers(lf)
+        # the sampler: does every rank get its own shard?
+        if world > 1 and not lf.distributed:
+            same = len({p.epochs[0].order_digest for p in peers if p.epochs}) == 1
+            detail = (f"DataLoader at {_at(lf.where)} uses {lf.sampler}: {numbers}. "
+                      + ("Every rank drew the same batches (first indices "
+                         f"{lf.epochs[0].head[:6] if lf.epochs else []} on all ranks)"
+                         if same else "Each rank walks the whole data set")
+                      + f": one epoch is {world} epochs' worth of steps on duplicated data")
+            out.append(_v(ScriptCheck.SAMPLER, FAIL,
+                          f"the training DataLoader ({_at(lf.where)}) has no DistributedSampler",
+                          detail,
+                          "DataLoader(dataset, batch_size=B, sampler=DistributedSampler(dataset)) "
+                          "and sampler.set_epoch(epoch) each epoch (shuffle goes to the sampler)",
+                          [f.rank for f in have]))
+        elif world > 1 and lf.distributed:
+            out.append(_v(ScriptCheck.SAMPLER, PASS,
+                          f"the training DataLoader ({_at(lf.where)}) shards with "
+                          f"DistributedSampler",
+                          numbers))
+        # set_epoch
+        if lf.shuffle and len(lf.epochs) >= 2 and lf.distributed:
+            e1, e2 = lf.epochs[0], lf.epochs[1]
+            same = e1.order_digest == e2.order_digest
+            if same and e2.set_epoch_calls == 0:
+                out.append(_v(ScriptCheck.SET_EPOCH, FAIL,
+                              "epoch 2 began without set_epoch",
+                              f"the DistributedSampler of {_at(lf.where)} shuffled epoch 2 exactly "
+                              f"like epoch 1 (rank {main.rank} starts {e2.head[:6]} both times): "
+                              f"every epoch trains on the same order",
+                              "call sampler.set_epoch(epoch) at the start of every epoch, "
+                              "before iterating the DataLoader",
+                              [f.rank for f in have]))
+            elif same:
+                out.append(_v(ScriptCheck.SET_EPOCH, FAIL,
+                              f"set_epoch({e2.sampler_epoch}) gave epoch 2 epoch 1's order",
+                              f"set_epoch was called, but with the same value both epochs "
+                              f"(the order at {_at(lf.where)} repeats)",
+                              "pass the epoch number that changes: sampler.set_epoch(epoch)",
+                              [f.rank for f in have]))
+            else:
+                out.append(_v(ScriptCheck.SET_EPOCH, PASS,
+                              f"set_epoch({e2.sampler_epoch}) before epoch 2: a new order",
+                              f"{_at(lf.where)}: epoch 1 started {e1.head[:4]}, epoch 2 "
+                              f"{e2.head[:4]}"))
+        # the last batch
+        if lf.epochs and not crashed and lf.batch_size:
+            last = lf.epochs[0].first_batch
+            if last == 1 and lf.batch_size > 1:
+                out.append(_v(ScriptCheck.LAST_BATCH, WARN,
+                              "the epoch's last batch holds 1 sample",
+                              f"{numbers}; served first it ran, but its gradient is one "
+                              f"sample's (noisy) and BatchNorm in training mode cannot take it",
+                              "drop_last=True on the DataLoader, or a batch size that divides "
+                              "the per-rank share"))
+            else:
+                out.append(_v(ScriptCheck.LAST_BATCH, PASS,
+                              f"the epoch's last batch ({last} samples) ran first", numbers))
+    return out
+
+
+def _wraps(have: list, world: int) -> list:
+    out = []
+    main = have[0]
+    for w in main.wraps:
+        ids = (f"device_ids={w.device_ids}" + (" (dropped: the module stands on CPU here)"
+                                               if w.device_ids_dropped else "")
+               if w.device_ids is not None else "device_ids=None")
+        out.append(_v(ScriptCheck.DDP_WRAP, PASS, f"{w.kind} built at {_at(w.where)}",
+                      f"{ids}, find_unused_parameters={w.find_unused_parameters}, "
+                      f"{w.parameters:,} parameters ({_size(w.parameter_bytes)}), "
+                      f"{w.batchnorms} BatchNorm / {w.syncbatchnorms} SyncBatchNorm layers"))
+    for s in main.syncbn:
+        if s.after_wrap:
+            out.append(_v(ScriptCheck.SYNC_BN, WARN,
+                          f"convert_sync_batchnorm ran after the DDP wrap ({_at(s.where)})",
+                          "DDP registered its hooks and buffers on the old BatchNorm layers",
+                          "convert first, then wrap: DDP(SyncBatchNorm.convert_sync_batchnorm("
+                          "model), ...)"))
+    if world > 1 and not any(f.wraps for f in have) and main.optimizer_steps \
+            and not any(f.collective_count for f in have):
+        out.append(_v(ScriptCheck.DDP_WRAP, WARN,
+                      "no DDP and no collective: every rank trains its own copy",
+                      f"{main.optimizer_steps} optimizer steps without gradients averaged "
+                      f"across ranks",
+                      "wrap the model: model = DDP(model, device_ids=[local_rank])"))
+    return out
+
+
+def _writes(have: list) -> list:
+    out = []
+    by_path: dict = defaultdict(dict)
+    for f in have:
+        for w in f.writes:
+            if w.redirected or w.kind == "torch.save":
+                by_path[(w.kind == "torch.save", w.path)][f.rank] = w
+    for (is_save, path), ranks in sorted(by_path.items()):
+        if len(ranks) < 2 or not is_save:
+            continue
+        where = sorted({_at(w.where) for w in ranks.values()})
+        out.append(_v(ScriptCheck.CHECKPOINT, FAIL,
+                      f"{_ranks(ranks)} all wrote {_rel(path)}".replace("ranks 0 and 1 all",
+                                                                         "ranks 0 and 1 both"),
+                      f"torch.save at {', '.join(where)} ran on every rank: concurrent writes of "
+                      f"one file can leave it truncated or mixed, and every rank pays the I/O",
+                      "save on one rank: if dist.get_rank() == 0: torch.save(...), then "
+                      "dist.barrier() before anyone loads it", ranks.keys()))
+    shared = [(p, r) for (is_save, p), r in by_path.items() if not is_save and len(r) > 1
+              and any(w.kind == "open" for w in r.values())]
+    for path, ranks in shared[:3]:
+        out.append(_v(ScriptCheck.FILE_WRITES, WARN, f"{_ranks(ranks)} all wrote {_rel(path)}",
+                      "every rank opened it for writing: lines interleave or overwrite",
+                      "write logs and files on rank 0 only", ranks.keys()))
+    saves = [(f.rank, w) for f in have for w in f.writes if w.kind == "torch.save"]
+    if saves and not any(v.check == ScriptCheck.CHECKPOINT for v in out):
+        listed = "; ".join(f"rank {r}: {_rel(w.path)} ({_at(w.where)})" for r, w in saves[:4])
+        out.append(_v(ScriptCheck.CHECKPOINT, PASS, "checkpoints written by one rank per file",
+                      listed))
+    return out
+
+
+def _rel(path: str) -> str:
+    import os
+
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _memory(have: list) -> list:
+    measured = [f for f in have if f.memory is not None]
+    if not measured:
+        return []
+    peak = max(measured, key=lambda f: f.memory.peak_bytes)
+    m = peak.memory
+    return [_v(ScriptCheck.MEMORY, PASS,
+               f"peak {_size(m.peak_bytes)} in one training step at the script's batch "
+               f"{m.batch}", f"rank {peak.rank}; {_size(m.baseline_bytes)} before the step "
+               f"(parameters, gradients, optimizer state); {m.tool}")]
+
+
+# -- lint beside -------------------------------------------------------------------------
+
+
+def link_lint(judgement: Judgement, findings: list) -> None:
+    """Attach ``ddpcheck lint`` findings, each marked with what the run made of it."""
+    confirmed = {v.confirms for v in judgement.verdicts if v.confirms}
+    passed = {v.rule for v in judgement.verdicts if v.rule and v.status == PASS}
+    checked = set(RULE_FOR.values())
+    for f in findings:
+        if f.code in confirmed:
+            runtime = "confirmed"
+        elif f.code in passed:
+            runtime = "not seen at run time"
+        elif f.code in checked:
+            runtime = "not observed in this run"
+        else:
+            runtime = "static only"
+        judgement.lint.append(LintLink(f.code, f.line, str(f.severity), f.message, runtime))
