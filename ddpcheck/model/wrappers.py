@@ -65,7 +65,7 @@ def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
             continue
         values = list(_direct_values(a.value))
         held += [c for c in candidates if any(v is c.site.node for v in values)]
-    held = [w for w in held if model.worlds(w.site.ctx) & here and not _opposite_arms(model, w.site.ctx, ctx)]
+    held = [w for w in held if model.worlds(w.site.ctx) & here and not opposite_arms(model, w.site.ctx, ctx)]
     if not held:
         return None   # no reaching assignment is a wrap (`model = model.module`, a new model)
     return next((w for w in held if w.kind == "DistributedDataParallel"), held[0])
@@ -90,7 +90,7 @@ def reaching_assignments(assigns: list[Assign], ctx: Ctx) -> list[Assign]:
     return reaching
 
 
-def _opposite_arms(model: ScriptModel, a: Ctx, b: Ctx) -> bool:
+def opposite_arms(model: ScriptModel, a: Ctx, b: Ctx) -> bool:
     """`if args.local_rank != -1: model = DDP(model)` ... later
     `if args.local_rank != -1: ... else: <here>`: two `if`s with the same test,
     `a` in the true arm of one and `b` in the false arm of the other."""
@@ -241,4 +241,4 @@ def _filled_renamed(model: ScriptModel, key: str, scope) -> bool:
 
 
 __all__ = ["wrapper_held", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
-           "reaching_assignments", "tells_wrapper_apart"]
+           "reaching_assignments", "tells_wrapper_apart", "opposite_arms"]

@@ -14,6 +14,7 @@ from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import LoaderInfo, exclusive, is_api_call, loaders, wraps
 from ddpcheck.model.worlds import D0, DN
+from ddpcheck.model.wrappers import opposite_arms
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -122,6 +123,8 @@ class MissingDistributedSampler(Rule):
                 continue
             if not (model.worlds(site.ctx) & {D0, DN}):
                 continue   # the `else` of `if args.distributed:`: a single process reads everything, rightly
+            if all(exclusive(w.site.ctx, site.ctx) or opposite_arms(model, w.site.ctx, site.ctx) for w in ddp):
+                continue   # `if opts.dist_mode == "ddp": ... else: <here>`: the loader of the DataParallel/1-GPU arm
             if is_eval_loader(model, loader):
                 continue
             scope = site.ctx.function
