@@ -11,6 +11,7 @@ from typing import Callable
 
 import libcst as cst
 
+from ddpcheck.model.flow import argument_expr
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
@@ -125,4 +126,29 @@ def saved_state_dicts(model: ScriptModel, sink: CallSite, told_apart: ToldApart,
 
 
 __all__ = ["TORCH_SAVE", "SAVE_HELPER", "STRIPS_MODULE_PREFIX", "STRIPS_COMPILE_PREFIX", "helper_saves",
-           "is_save_sink", "saved_state_dicts"]
+           "is_save_sink", "saved_state_dicts", "takes_state_dict_of_param", "hands_to_state_dict_taker"]
+
+
+def takes_state_dict_of_param(model: ScriptModel, fn: FunctionInfo, param: str) -> bool:
+    """`fn` takes `.state_dict()` of what it gets as `param` (to save it:
+    `def train(..., model, ...): ... torch.save({"model_state_dict": model.state_dict()}, p)`)."""
+    return any(c.attr == "state_dict" and c.receiver is not None and dotted_name(c.receiver) == param
+               for c in model.calls_in(fn))
+
+
+def hands_to_state_dict_taker(model: ScriptModel, key: str, after: int, scope: FunctionInfo | None) -> bool:
+    """A call after `after` in `scope` hands `key` to a function (this file or
+    a local helper module) that takes its `.state_dict()`."""
+    for c in model.calls_in(scope):
+        if c.ctx.order <= after or not any(dotted_name(a.value) == key for a in c.node.args):
+            continue
+        target = model.resolve_call(c)
+        if target is None:
+            continue
+        tmodel, fn = target
+        for param in fn.params:
+            bound, expr = argument_expr(c, fn, param)
+            if bound and expr is not None and dotted_name(expr) == key and \
+                    takes_state_dict_of_param(tmodel, fn, param):
+                return True
+    return False

@@ -8,6 +8,7 @@ from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import exclusive, wraps_before
 from ddpcheck.model.reads import reads, reads_name
+from ddpcheck.model.saves import hands_to_state_dict_taker
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -26,16 +27,17 @@ def _still_wrapped(model: ScriptModel, key: str, wrap, load_order: int, scope) -
     return True
 
 
-def _saves_wrapper_state(model: ScriptModel, key: str, wrap_order: int) -> bool:
+def _saves_wrapper_state(model: ScriptModel, key: str, wrap_order: int, scope) -> bool:
     """The script itself takes the wrapper's `state_dict()` (to save it,
-    directly or through a checkpoint dict and a helper): its checkpoints carry
-    the `module.` prefix, so loading them back into the wrapper is consistent
-    (DDP302 reports the save instead)."""
+    directly or through a checkpoint dict and a helper, or in a function it
+    hands the wrapper to: `train(model=model)` in `train.py`): its checkpoints
+    carry the `module.` prefix, so loading them back into the wrapper is
+    consistent (DDP302 reports the save instead)."""
     return any(
         c.attr == "state_dict" and c.receiver is not None and dotted_name(c.receiver) == key
         and c.ctx.order > wrap_order
         for c in model.calls
-    )
+    ) or hands_to_state_dict_taker(model, key, wrap_order, scope)
 
 
 @register
@@ -55,7 +57,7 @@ class WrapBeforeLoad(Rule):
             if key is None or key.endswith(".module"):
                 continue
             for w in wraps_before(model, key, site):
-                if _saves_wrapper_state(model, key, w.order) or not _still_wrapped(
+                if _saves_wrapper_state(model, key, w.order, site.ctx.function) or not _still_wrapped(
                         model, key, w, site.ctx.order, site.ctx.function):
                     break
                 silent = getattr(site.arg("strict", 1), "value", None) == "False"
