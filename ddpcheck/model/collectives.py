@@ -293,7 +293,7 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
 def _where(model: ScriptModel, tmodel: ScriptModel, tfn: FunctionInfo) -> str:
     if tmodel is model:
         return ""
-    return f", {tmodel.path.replace(chr(92), '/').rpartition('/')[2]}"
+    return f", {tmodel.file_name}"
 
 
 def unbalanced(events: list[Event], model: ScriptModel | None = None) -> list[Event]:

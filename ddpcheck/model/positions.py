@@ -140,6 +140,6 @@ def where(model: ScriptModel, node, here: ScriptModel | None = None) -> str:
     """`line 12`, or `utils.py:12` when the node is in another file than `here`."""
     line = line_of(model, node)
     if here is not None and model is not here:
-        name = model.path.replace("\\", "/").rpartition("/")[2]
+        name = model.file_name
         return f"{name}:{line}" if line else name
     return f"line {line}" if line else "elsewhere"

@@ -225,6 +225,11 @@ class ScriptModel:
             by_name.setdefault(f.name, []).append(f)
         return by_name
 
+    @property
+    def file_name(self) -> str:
+        """The file's name without its folder, as messages name a helper module (`utils.py`)."""
+        return self.path.replace("\\", "/").rpartition("/")[2]
+
     def calls_in(self, fn: FunctionInfo | None) -> list[CallSite]:
         return self._calls_by_function().get(fn, _EMPTY)
 

@@ -50,3 +50,14 @@ def format_bytes(size: float | int | None) -> str:
             return f"{sign}{size:.2f} {unit}" if size < 10 else f"{sign}{size:.1f} {unit}"
         size /= 1024
     return f"{sign}{size:.1f} GiB"  # pragma: no cover - loop always returns
+
+
+def relative_path(path: str) -> str:
+    """`path` relative to the working directory when it is below it, as written otherwise."""
+    import os
+
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel

@@ -56,7 +56,7 @@ class MissingSetEpoch(Rule):
                 else:
                     callee = p.epoch.ctx.function.name + "()" if p.epoch.ctx.function is not None else "code"
                     what = (f"`{held}` draws from a shuffling DistributedSampler and is handed to {callee} "
-                            f"({_file_name(p.epoch_model)}), whose epoch loop never calls")
+                            f"({p.epoch_model.file_name}), whose epoch loop never calls")
                 yield Hit(
                     node,
                     message=(
@@ -71,9 +71,6 @@ class MissingSetEpoch(Rule):
                           if p.epoch_model is model and p.iter_call is None and loader.model is model else None),
                 )
 
-
-def _file_name(model: ScriptModel) -> str:
-    return model.path.replace("\\", "/").rpartition("/")[2]
 
 
 def _call_leaving(model: ScriptModel, p: Pass) -> cst.CSTNode | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Iterator
 
 import libcst as cst
@@ -148,7 +147,7 @@ class WrapperAttribute(Rule):
                 w = found[0]
                 attr, node = attrs[0]
                 name = dotted_name(expr) or "the model"
-                helper = f"{fn.name}() ({os.path.basename(tmodel.path)}:{line_of(tmodel, node)})"
+                helper = f"{fn.name}() ({tmodel.file_name}:{line_of(tmodel, node)})"
                 yield Hit(expr, message=(
                     f"`{name}` holds the {w.kind} wrapper and is handed to {helper}, which reads "
                     f"`{param}.{attr}`: `{attr}` belongs to the wrapped model, not the wrapper: AttributeError: "

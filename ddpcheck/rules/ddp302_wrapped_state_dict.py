@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from typing import Iterator
 
 import libcst as cst
@@ -82,7 +81,7 @@ class WrappedStateDict(Rule):
                 continue
             reported.add(id(expr))
             yield self._hit(model, expr, dotted_name(expr) or "model", found[0], found[1],
-                            helper=f"{fn.name}() ({os.path.basename(tmodel.path)})")
+                            helper=f"{fn.name}() ({tmodel.file_name})")
 
     def _hit(self, model: ScriptModel, node: cst.CSTNode, key: str, w, via: CallSite | None,
              helper: str | None = None, edit=None) -> Hit:

@@ -20,10 +20,6 @@ _WHY = {
 }
 
 
-def _file(path: str) -> str:
-    return path.replace("\\", "/").rpartition("/")[2]
-
-
 @register
 class DownloadOnEveryRank(Rule):
     code = "DDP304"
@@ -54,5 +50,5 @@ class DownloadOnEveryRank(Rule):
             inner = unordered_work(target[0], target[1], same_download)
             if inner is not None and every_rank_at_once(model, site, same_download):
                 yield Hit(site.node, message=(
-                    f"`{site.func}(...)` ({_file(target[0].path)}) downloads with `{inner.func}(...)` without ordering "
+                    f"`{site.func}(...)` ({target[0].file_name}) downloads with `{inner.func}(...)` without ordering "
                     f"the ranks, and this call runs on every rank: {_WHY[download_call(target[0], inner) or 'data set']}"))

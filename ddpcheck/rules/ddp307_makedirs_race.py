@@ -17,10 +17,6 @@ _CHECKED = ("the existence check and the creation are not atomic, so several ran
 _BARE = "one rank creates the folder and every other rank raises FileExistsError"
 
 
-def _file(path: str) -> str:
-    return path.replace("\\", "/").rpartition("/")[2]
-
-
 @register
 class MakedirsRace(Rule):
     code = "DDP307"
@@ -53,5 +49,5 @@ class MakedirsRace(Rule):
             inner = unordered_work(target[0], target[1], racy_folder_creation)
             if inner is not None and every_rank_at_once(model, site, racy_folder_creation):
                 yield Hit(site.node, message=(
-                    f"`{site.func}(...)` ({_file(target[0].path)}) creates a folder with `{inner.func}(...)` without "
+                    f"`{site.func}(...)` ({target[0].file_name}) creates a folder with `{inner.func}(...)` without "
                     f"`exist_ok=True` and without a rank guard, and this call runs on every rank: {_CHECKED}"))

@@ -9,6 +9,8 @@ the same script are attached beside them (:func:`link_lint`). Formatting is
 
 from __future__ import annotations
 
+from ddpcheck.preflight.units import relative_path
+
 import enum
 import re
 from collections import defaultdict
@@ -471,7 +473,7 @@ def _writes(have: list) -> list:
             continue
         where = sorted({_at(w.where) for w in ranks.values()})
         out.append(_v(ScriptCheck.CHECKPOINT, FAIL,
-                      f"{_ranks(ranks)} all wrote {_rel(path)}".replace("ranks 0 and 1 all",
+                      f"{_ranks(ranks)} all wrote {relative_path(path)}".replace("ranks 0 and 1 all",
                                                                          "ranks 0 and 1 both"),
                       f"torch.save at {', '.join(where)} ran on every rank: concurrent writes of "
                       f"one file can leave it truncated or mixed, and every rank pays the I/O",
@@ -480,25 +482,17 @@ def _writes(have: list) -> list:
     shared = [(p, r) for (is_save, p), r in by_path.items() if not is_save and len(r) > 1
               and any(w.kind == "open" for w in r.values())]
     for path, ranks in shared[:3]:
-        out.append(_v(ScriptCheck.FILE_WRITES, WARN, f"{_ranks(ranks)} all wrote {_rel(path)}",
+        out.append(_v(ScriptCheck.FILE_WRITES, WARN, f"{_ranks(ranks)} all wrote {relative_path(path)}",
                       "every rank opened it for writing: lines interleave or overwrite",
                       "write logs and files on rank 0 only", ranks.keys()))
     saves = [(f.rank, w) for f in have for w in f.writes if w.kind == "torch.save"]
     if saves and not any(v.check == ScriptCheck.CHECKPOINT for v in out):
-        listed = "; ".join(f"rank {r}: {_rel(w.path)} ({_at(w.where)})" for r, w in saves[:4])
+        listed = "; ".join(f"rank {r}: {relative_path(w.path)} ({_at(w.where)})" for r, w in saves[:4])
         out.append(_v(ScriptCheck.CHECKPOINT, PASS, "checkpoints written by one rank per file",
                       listed))
     return out
 
 
-def _rel(path: str) -> str:
-    import os
-
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
 
 
 def _memory(have: list) -> list:

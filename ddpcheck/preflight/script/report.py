@@ -3,8 +3,9 @@ that were kept away from the user's folders, and ``ddpcheck lint`` beside."""
 
 from __future__ import annotations
 
+from ddpcheck.preflight.units import relative_path
+
 import json
-import os
 import shutil
 import textwrap
 
@@ -23,12 +24,6 @@ def _wrap_rows(rows, widths) -> list:
                   if w else cell for cell, w in zip(row, widths)) for row in rows]
 
 
-def _rel(path: str) -> str:
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:
-        return path
-    return path if rel.startswith("..") else rel
 
 
 def render_text(report: dict) -> str:
@@ -46,7 +41,7 @@ def render_text(report: dict) -> str:
     writes = report.get("writes") or []
     if writes:
         lines += ["", "Writes kept out of your folders (redirected to scratch, then deleted):"]
-        rows = [(w["rank"], w["kind"], _rel(w["path"]), w["where"],
+        rows = [(w["rank"], w["kind"], relative_path(w["path"]), w["where"],
                  w["count"] if w["count"] > 1 else "") for w in writes[:20]]
         lines.append(tabulate(rows, headers=("rank", "what", "path", "line", "times"),
                               tablefmt="simple", disable_numparse=True))
