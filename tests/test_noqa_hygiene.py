@@ -41,6 +41,14 @@ def test_an_unknown_code_is_reported_and_other_tools_codes_are_not():
     assert "unknown: `DDP999`" in found[0].message
 
 
+def test_lower_case_and_spaced_own_codes_are_judged_in_a_file_without_findings():
+    # The cheap guard that skips tokenizing other tools' noqa comments must
+    # still see these (codes are compared upper-cased).
+    text = "import torch.distributed as dist\nx = 1  # NoQA:ddp999\ny = 2  # noqa: E501,  ddp301\n"
+    found = lint_source(text, "t.py", EVERY_RULE)
+    assert [(f.line, f.code) for f in found] == [(2, "DDP001"), (3, "DDP001")]
+
+
 def test_a_disabled_rule_is_not_judged_unused():
     text = "import torch.distributed as dist\nx = 1  # noqa: DDP301\n"
     assert codes(text, LintSettings(enabled=frozenset({"DDP001", "DDP101"}))) == []

@@ -87,3 +87,34 @@ def test_batches_start_with_the_biggest_files_and_cover_every_task(tmp_path):
     assert flat[:2] == [str(tmp_path / "f4.py"), str(tmp_path / "f1.py")]
     assert batches[0] == [tasks[4]]  # the biggest file is a batch of its own
     assert len(batches[-1]) > 1      # the small ones are batched together
+
+
+def test_a_worker_collects_cycles_between_files_and_freezes_the_survivors():
+    import gc
+    import weakref
+
+    from ddpcheck.lint import runner
+
+    class Node:
+        pass
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        survivor = Node()
+        garbage = Node()
+        garbage.self = garbage            # a cycle: only the collector frees it
+        # as a parsed file's model: many objects, freed only with the cycle
+        garbage.tree = [[] for _ in range(runner.GC_AFTER_ALLOCATIONS)]
+        dead = weakref.ref(garbage)
+        del garbage
+        assert dead() is not None
+        frozen_before = gc.get_freeze_count()
+        runner._collect_between_files()
+        assert dead() is None                                   # the last file's cycles are gone
+        assert gc.get_freeze_count() > frozen_before            # what lives on is never rescanned
+        assert survivor is not None
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()

@@ -58,7 +58,7 @@ def rule_hits(text: str, path: str, settings: LintSettings) -> RuleRun:
     from ddpcheck.rules import REGISTRY  # imports every rule module
 
     module = parse(text)
-    model = build_model(path, module, settings)
+    model = build_model(path, module, settings, text)
     model.project = ProjectIndex(settings)
     hits = []
     crashed = []

@@ -42,6 +42,9 @@ FILE_DIRECTIVE = re.compile(
     re.IGNORECASE,
 )
 OWN_PREFIX = "DDP"
+# A superset of the comments DDP001 can judge in a file without findings: a
+# noqa that names a code starting with our prefix, or a file-level directive.
+OWN_DIRECTIVE_HINT = re.compile(r"noqa[^\n]*" + OWN_PREFIX + r"|ddpcheck\s*:\s*noqa", re.IGNORECASE)
 UNUSED_NOQA = "DDP001"
 
 # A line's suppressions: None means "every code" (bare noqa).
@@ -153,8 +156,12 @@ def apply_noqa(findings: list[Finding], text: str, enabled: frozenset[str] | Non
     `# ddpcheck: noqa`) suppresses. With `enabled` (the rules run on this
     file) and DDP001 among them, add a DDP001 finding for each `# noqa:`
     naming an unknown ddpcheck code or one that suppressed nothing."""
-    # Cheap guard: most files have no noqa at all, skip tokenizing them.
+    # Cheap guards: most files have no noqa at all, and in the rest (other
+    # tools' `# noqa: F401`) a comment can only matter here if the file has
+    # findings to suppress or names a ddpcheck code. Tokenizing is what costs.
     if "noqa" not in text.lower():
+        return findings
+    if not findings and OWN_DIRECTIVE_HINT.search(text) is None:
         return findings
     exempt = file_exemption(text)
     if exempt is None:

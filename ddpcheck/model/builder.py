@@ -638,7 +638,7 @@ _SPECIAL = {
 }
 
 
-def build_model(path: str, module: cst.Module, settings: LintSettings) -> ScriptModel:
-    model = ScriptModel(path, module, settings)
+def build_model(path: str, module: cst.Module, settings: LintSettings, text: str | None = None) -> ScriptModel:
+    model = ScriptModel(path, module, settings, text)
     ScriptBuilder(model).walk(module)
     return model

@@ -30,7 +30,7 @@ from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import call_site, exclusive, is_ddp_wrap, origins
+from ddpcheck.model.values import DDP_NAMES, DDP_NEED, call_site, exclusive, is_ddp_wrap, origins
 from ddpcheck.model.worlds import DISTRIBUTED, only_some_ranks
 
 # torch.distributed collectives -> their kind (barrier and monitored_barrier are one kind)
@@ -71,6 +71,14 @@ LIBRARY_COLLECTIVES = {
 }
 ACCELERATE_COLLECTIVES = {"wait_for_everyone": "barrier", "gather": "all_gather",
                           "gather_for_metrics": "all_gather", "reduce": "reduce"}
+
+# A module with a collective event (function_events) names a collective and
+# the library it comes from (`reduce` alone is functools'), or a DDP wrap
+# (project.Need: one name of every group).
+_COLLECTIVE_NAMES = {*COLLECTIVES, *(n for t in LIBRARY_COLLECTIVES.values() for n in t), *ACCELERATE_COLLECTIVES}
+_COLLECTIVE_LIBRARIES = {"distributed", "c10d", "comm", "deepspeed", "accelerate", "Accelerator",
+                         *(m.rpartition(".")[2] for m in LIBRARY_COLLECTIVES)}
+EVENT_NEED = (tuple(sorted(_COLLECTIVE_LIBRARIES | set(DDP_NAMES))), tuple(sorted(_COLLECTIVE_NAMES | set(DDP_NAMES))))
 
 # Predicates that are true only once the default process group exists.
 INITIALIZED_PREDICATES = {"is_initialized", "is_dist_avail_and_initialized", "dist_is_initialized",
@@ -261,7 +269,13 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
             if not no_grad(model, c.ctx):
                 events.append(Event(c, frozenset({"forward"}), worlds, f"`{c.func}(...)` (DDP forward)"))
             continue
-        target = model.resolve_call(c)
+        # A callee communicates if its module (or one it imports) names a
+        # collective or a DDP wrap, or if it is handed a DDP model and runs its
+        # forward; any other module is not parsed to find out.
+        target = model.resolve_call(c, EVENT_NEED)
+        if target is None and model.may_reach(DDP_NEED) and any(
+                not a.star and holds_ddp(model, a.value, fn, c.ctx.order) is not None for a in c.node.args):
+            target = model.resolve_call(c)
         if target is None or target[1] is fn:
             continue
         tmodel, tfn = target

@@ -14,6 +14,10 @@ from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
 INIT_HELPER_NAME = re.compile(r"(init|setup|set_up|start).*(dist|ddp|process_group)|(dist|ddp).*(init|setup)", re.I)
 
 
+# A module that starts the group names init_process_group (project.Need).
+INIT_NEED = (("init_process_group",),)
+
+
 def is_init_call(model: ScriptModel, site) -> bool:
     return is_api_call(model, site, "init_process_group")
 
@@ -21,10 +25,12 @@ def is_init_call(model: ScriptModel, site) -> bool:
 @query(on_cycle=False)
 def function_inits(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
     """The function (or one it calls, 3 deep) calls init_process_group."""
+    if not model.may_reach(INIT_NEED):
+        return False
     result = any(is_init_call(model, c) for c in model.calls_in(fn))
     if not result and depth < 3:
         for c in model.calls_in(fn):
-            target = model.resolve_call(c)
+            target = model.resolve_call(c, INIT_NEED)
             if target is not None and function_inits(target[0], target[1], depth + 1):
                 result = True
                 break
@@ -40,13 +46,15 @@ def init_calls(model: ScriptModel) -> list:
         if is_init_call(model, c):
             found.append(c)
             continue
-        target = model.resolve_call(c)
+        named_like_init = bool(c.attr and INIT_HELPER_NAME.search(c.attr))
+        # A call named like an init helper is resolved whatever its module
+        # says (unresolved, its name is the evidence); any other only into a
+        # module that can reach init_process_group.
+        target = model.resolve_call(c) if named_like_init else model.resolve_call(c, INIT_NEED)
         if target is not None:
-            if target[0] is not model and function_inits(*target):
+            if function_inits(*target):
                 found.append(c)
-            elif target[0] is model and function_inits(*target):
-                found.append(c)
-        elif c.attr and INIT_HELPER_NAME.search(c.attr):
+        elif named_like_init:
             found.append(c)
     return found
 

@@ -7,6 +7,8 @@ name. Each module is parsed once per process and cached."""
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -19,6 +21,7 @@ _CACHE: dict[str, object] = {}
 # counts as unseen (rules stay silent about what it does).
 MAX_HELPER_BYTES = 120_000
 _FOUND: dict[tuple[str, str, int], "Path | None"] = {}
+_BASES: dict[tuple[str, int, "Path | None"], list[Path]] = {}
 # Which local module each file's analysis found through its imports (absolute
 # paths), kept for the life of the process: a helper's memoised queries do not
 # look their imports up again for the next script, but the edge stays here.
@@ -32,6 +35,72 @@ _LIBRARY_ROOTS = {"torch", "torchvision", "torchaudio", "numpy", "accelerate", "
                   "pytorch_lightning", "deepspeed", "apex", "timm", "mmcv", "detectron2", "fairseq"}
 
 
+_INSTALL_DIRS = {"site-packages", "dist-packages"}
+
+# A rule that follows calls into helper modules can first ask whether the
+# module a call lands in, or one it imports, even names what the rule looks
+# for (`init_process_group`, a collective): when none does, no fact the rule
+# needs can hold there and the module is never parsed. The identifiers of a
+# module come from a scan of its text, about a hundred times cheaper than
+# parsing it; on torch's own source this skipped most helper parses.
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n;#]*)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n;#]+)", re.M)
+_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+# abs path -> (stamp, its scan); None for a module too large to be a helper
+# (or unreadable): it is never parsed either, so nothing is reached through it.
+_SCANNED: dict[str, tuple[int, "ModuleScan | None"]] = {}
+_REACHES: dict[tuple[str, "Need"], bool] = {}
+_TARGETS: dict[tuple[str, "ModuleScan"], tuple[str, ...]] = {}
+# A training repo's helpers import a handful of local modules; past this many
+# the question is answered "maybe" (so the modules are parsed when a call
+# lands there) instead of scanning a library-sized web of imports.
+MAX_REACH_MODULES = 48
+
+# What an asker looks for, as groups of names: a module matches when it names
+# one of every group (`((distributed modules), (collective names))`: a
+# `reduce` alone is functools', not a collective).
+Need = tuple[tuple[str, ...], ...]
+
+
+def names_match(identifiers: frozenset[str], need: Need) -> bool:
+    return all(not identifiers.isdisjoint(group) for group in need)
+
+
+@dataclass(frozen=True)
+class ModuleScan:
+    """What a scan of a module's text tells without parsing it. Supersets
+    (a string that looks like an import counts too): they only decide what
+    *not* to parse, so too much is safe, and too little never happens for
+    code Python accepts."""
+
+    identifiers: frozenset[str]                          # every word that could be a name
+    sources: frozenset[tuple[str, int, str | None]]      # (module, level, name) of its imports
+    bound: frozenset[str]                                # names it defines (def) or binds by import
+
+
+def scan_text(text: str) -> ModuleScan:
+    text = text.replace("\\\n", " ")
+    sources: set[tuple[str, int, str | None]] = set()
+    bound: set[str] = set(_DEF.findall(text))
+    for m in _FROM_IMPORT.finditer(text):
+        level, module = len(m.group(1)), m.group(2)
+        sources.add((module, level, None))
+        for part in m.group(3).strip().strip("()").split(","):
+            name, _, alias = (x.strip() for x in part.partition(" as "))
+            if name and name.isidentifier():
+                sources.add((module, level, name))
+                bound.add(alias or name)
+    for m in _IMPORT.finditer(text):
+        for part in m.group(1).split(","):
+            full, _, alias = (x.strip() for x in part.partition(" as "))
+            if full:
+                sources.add((full, 0, None))
+                sources.add((full.split(".")[0], 0, None))
+                bound.add(alias or full.split(".")[0])
+    return ModuleScan(frozenset(_IDENTIFIER.findall(text)), frozenset(sources), frozenset(bound))
+
+
 class ProjectIndex:
     def __init__(self, settings: LintSettings) -> None:
         self.settings = settings
@@ -39,6 +108,12 @@ class ProjectIndex:
 
     # -- finding files --------------------------------------------------------
     def _bases(self, from_path: str, level: int) -> list[Path]:
+        key = (os.path.dirname(os.path.abspath(from_path)), level, self.root)
+        if key not in _BASES:
+            _BASES[key] = self._find_bases(from_path, level)
+        return _BASES[key]
+
+    def _find_bases(self, from_path: str, level: int) -> list[Path]:
         here = Path(from_path).resolve().parent
         if level > 0:
             for _ in range(level - 1):
@@ -54,10 +129,14 @@ class ProjectIndex:
             bases.append(cur)
         if self.root is not None and self.root not in bases:
             bases.append(self.root)
-        return bases
+        # An install folder holds other distributions (torch's source sits
+        # beside sympy and jinja2): they are libraries, not the project's
+        # helpers, so a file inside an installed package resolves only its
+        # own package's modules (relative imports), never its neighbours.
+        return [b for b in bases if b.name not in _INSTALL_DIRS]
 
     def find_module(self, from_path: str, module: str, level: int) -> Path | None:
-        key = (str(Path(from_path).parent), module, level)
+        key = (os.path.dirname(os.path.abspath(from_path)), module, level)
         if key not in _FOUND:
             _FOUND[key] = self._find_module(from_path, module, level)
         found = _FOUND[key]
@@ -70,10 +149,10 @@ class ProjectIndex:
         if level == 0 and parts and parts[0] in _LIBRARY_ROOTS:
             return None
         for base in self._bases(from_path, level):
-            target = base.joinpath(*parts) if parts else base
-            for candidate in (target.with_suffix(".py") if parts else None, target / "__init__.py"):
-                if candidate is not None and candidate.is_file():
-                    return candidate
+            target = os.path.join(base, *parts)
+            for candidate in (target + ".py" if parts else None, os.path.join(target, "__init__.py")):
+                if candidate is not None and os.path.isfile(candidate):
+                    return Path(candidate)
         return None
 
     def model_for(self, path: Path):
@@ -98,12 +177,88 @@ class ProjectIndex:
             # Read and parsed as the linted files are (encoding cookies,
             # Python's own check first, so nothing it refuses reaches libcst).
             module = parse_checked(text, key)
-            model = build_model(key, module, self.settings)
+            model = build_model(key, module, self.settings, text)
             model.project = self
         except (SourceError, RecursionError):
             model = None
         _CACHE[key] = (stamp, model)
         return model
+
+    # -- what a module can reach ------------------------------------------------
+    def _scan(self, path: Path | str) -> ModuleScan | None:
+        key = os.path.abspath(path)
+        try:
+            stamp = os.stat(key).st_mtime_ns
+        except OSError:
+            return None
+        cached = _SCANNED.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        from ddpcheck.findings import SourceError
+        from ddpcheck.parse.source import read_source
+
+        try:
+            text = read_source(key)
+            scanned = None if len(text) > MAX_HELPER_BYTES else scan_text(text)
+        except SourceError:
+            scanned = None
+        _SCANNED[key] = (stamp, scanned)
+        return scanned
+
+    def _targets(self, from_path: str, sources) -> list[Path]:
+        """The local modules `sources` can land in, as resolve_function looks
+        them up (the module, and `module.name` for a submodule imported by name)."""
+        found = []
+        for module, level, name in sources:
+            candidates = [module] if name is None else [module, f"{module}.{name}" if module else name]
+            for target in candidates:
+                path = self.find_module(from_path, target, level)
+                if path is not None:
+                    found.append(path)
+        return found
+
+    def reaches(self, path: str, scan: ModuleScan, need: Need) -> bool:
+        """The module at `path` (scanned as `scan`), or a local module
+        reachable from it through imports however deep, matches `need`."""
+        start = os.path.abspath(path)
+        key = (start, need)
+        if key not in _REACHES:
+            _REACHES[key] = self._reaches(start, scan, need)
+        return _REACHES[key]
+
+    def _reaches(self, start: str, scan: ModuleScan, need: Need) -> bool:
+        if names_match(scan.identifiers, need):
+            return True
+        closure = self._closure(start, scan)
+        if closure is None:
+            return True   # a library-sized web of modules: not worth proving, parse as needed
+        return any(names_match(self._scan(key).identifiers, need) for key in closure)
+
+    def _closure(self, start: str, scan: ModuleScan) -> tuple[str, ...] | None:
+        """The readable local modules reachable from `start` through imports
+        (absolute paths, `start` excluded), or None past MAX_REACH_MODULES."""
+        seen = {start}
+        found: list[str] = []
+        todo = [(start, scan)]
+        while todo:
+            here, scanned = todo.pop()
+            for key in self._targets_of(here, scanned):
+                if key in seen:
+                    continue
+                seen.add(key)
+                nxt = self._scan(key)
+                if nxt is not None:
+                    found.append(key)
+                    if len(found) > MAX_REACH_MODULES:
+                        return None
+                    todo.append((key, nxt))
+        return tuple(found)
+
+    def _targets_of(self, path: str, scan: ModuleScan) -> tuple[str, ...]:
+        key = (path, scan)
+        if key not in _TARGETS:
+            _TARGETS[key] = tuple(dict.fromkeys(os.path.abspath(p) for p in self._targets(path, scan.sources)))
+        return _TARGETS[key]
 
     # -- what an analysis read ---------------------------------------------------
     @staticmethod
@@ -121,14 +276,22 @@ class ProjectIndex:
         return tuple(sorted(seen))
 
     # -- resolving names ----------------------------------------------------------
-    def resolve_function(self, from_path: str, module: str, level: int, name: str, depth: int = 0):
+    def resolve_function(self, from_path: str, module: str, level: int, name: str, depth: int = 0,
+                         needs: Need = ()):
         """(model, FunctionInfo) for `name` in local module `module`, following
-        re-exports (`from .dist import is_main_process` in a package __init__)."""
+        re-exports (`from .dist import is_main_process` in a package __init__).
+        With `needs`: None unless that module or one it imports matches it
+        (the asker looks for nothing else)."""
         if depth > 3:
             return None
         path = self.find_module(from_path, module, level)
         if path is None:
             # `from utils import dist_utils` then `dist_utils.f()`: module is a package member
+            return None
+        scanned = self._scan(path)
+        if scanned is None or name not in scanned.bound:
+            return None   # it neither defines nor imports `name` (a class, a constant): nothing to parse
+        if needs and not self.reaches(str(path), scanned, needs):
             return None
         model = self.model_for(path)
         if model is None:
@@ -138,5 +301,5 @@ class ProjectIndex:
             return model, local[-1]
         src = model.imports.sources.get(name)
         if src and src[2] is not None:
-            return self.resolve_function(str(path), src[0], src[1], src[2], depth + 1)
+            return self.resolve_function(str(path), src[0], src[1], src[2], depth + 1, needs)
         return None

@@ -21,7 +21,7 @@ from ddpcheck.settings import LintSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from ddpcheck.model.reads import Division
-    from ddpcheck.model.project import ProjectIndex
+    from ddpcheck.model.project import Need, ProjectIndex
 
 
 @dataclass(eq=False)
@@ -173,9 +173,10 @@ _EMPTY: list = []
 
 
 class ScriptModel:
-    def __init__(self, path: str, module: cst.Module, settings: LintSettings) -> None:
+    def __init__(self, path: str, module: cst.Module, settings: LintSettings, text: str | None = None) -> None:
         self.path = path
         self.module = module
+        self._text = text   # the source as read; regenerated from `module` when not given
         self.settings = settings
         self.imports = ImportTable()
         self.calls: list[CallSite] = []
@@ -224,6 +225,32 @@ class ScriptModel:
         for f in self.functions:
             by_name.setdefault(f.name, []).append(f)
         return by_name
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text = self.module.code
+        return self._text
+
+    @query
+    def scan(self):
+        """The identifiers, imports and definitions of this file, as
+        ProjectIndex scans a helper module's text."""
+        from ddpcheck.model.project import scan_text
+
+        return scan_text(self.text)
+
+    @query
+    def may_reach(self, need: "Need") -> bool:
+        """This file, or a local module it can reach through its imports, names
+        what `need` asks for (`(("init_process_group",),)`; project.Need).
+        When none does, no fact that needs it can hold, and the rule asking
+        need not follow calls into helper modules (parsing them is what costs)."""
+        from ddpcheck.model.project import names_match
+
+        if names_match(self.scan().identifiers, need):
+            return True
+        return self.project is not None and self.project.reaches(self.path, self.scan(), need)
 
     @property
     def file_name(self) -> str:
@@ -322,12 +349,15 @@ class ScriptModel:
 
     # -- cross-file -----------------------------------------------------------
     @query
-    def resolve_call(self, call: CallSite) -> tuple["ScriptModel", FunctionInfo] | None:
+    def resolve_call(self, call: CallSite, needs: "Need" = ()) -> tuple["ScriptModel", FunctionInfo] | None:
         """The function a call lands in, in this file or a local module the
-        script imports. None when it cannot be seen (a library, a dynamic call)."""
-        return self._resolve(call)
+        script imports. None when it cannot be seen (a library, a dynamic call).
+        With `needs` (what the asker looks for; project.Need): also None for a
+        local module that does not match it, directly or through its imports,
+        which is then never parsed."""
+        return self._resolve(call, needs)
 
-    def _resolve(self, call: CallSite) -> tuple["ScriptModel", FunctionInfo] | None:
+    def _resolve(self, call: CallSite, needs: "Need") -> tuple["ScriptModel", FunctionInfo] | None:
         func = call.node.func
         if isinstance(func, cst.Name):
             name = func.value
@@ -336,7 +366,7 @@ class ScriptModel:
                 return self, local[-1]
             src = self.imports.sources.get(name)
             if src and self.project is not None and src[2] is not None:
-                return self.project.resolve_function(self.path, src[0], src[1], src[2])
+                return self.project.resolve_function(self.path, src[0], src[1], src[2], needs=needs)
             return None
         if isinstance(func, cst.Attribute):
             recv = dotted_name(func.value)
@@ -349,7 +379,7 @@ class ScriptModel:
                 if src:
                     module, level, attr = src
                     target = f"{module}.{attr}" if attr and module else (attr or module)
-                    return self.project.resolve_function(self.path, target, level, func.attr.value)
+                    return self.project.resolve_function(self.path, target, level, func.attr.value, needs=needs)
         return None
 
     @query(on_cycle=None)   # recursion reads as "no"

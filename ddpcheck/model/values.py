@@ -21,6 +21,9 @@ from ddpcheck.model.vocabulary import EVAL_NAME  # noqa: E402
 
 DDP_NAMES = ("DistributedDataParallel",)
 DP_NAMES = ("DataParallel",)
+# What a module that makes these names (project.Need: one name of every group).
+DISTRIBUTED_SAMPLER_NEED = (("DistributedSampler",),)
+DDP_NEED = (DDP_NAMES,)
 
 
 def call_site(model: ScriptModel, node: cst.Call) -> CallSite | None:

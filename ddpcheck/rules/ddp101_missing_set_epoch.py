@@ -9,7 +9,7 @@ import libcst as cst
 from ddpcheck.model.flow import Made, Pass, Value, every_pass, value_at
 from ddpcheck.model.script import CallSite, Loop, ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import LoaderInfo, SamplerInfo, loaders
+from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerInfo, loaders
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import set_epoch_edit
 from ddpcheck.rules.base import Hit, Rule, register
@@ -31,6 +31,8 @@ class MissingSetEpoch(Rule):
     fix = "call `sampler.set_epoch(epoch)` at the start of each epoch, before iterating the loader"
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
+        if not model.may_reach(DISTRIBUTED_SAMPLER_NEED):
+            return
         reported: set[int] = set()
         for _fn, p in every_pass(model):
             if p.epoch is None:

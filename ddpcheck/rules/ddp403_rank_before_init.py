@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ddpcheck.model.collectives import initialized_guarded, needs_process_group
-from ddpcheck.model.distributed import function_inits, init_calls, is_init_call
+from ddpcheck.model.distributed import INIT_NEED, function_inits, init_calls, is_init_call
 from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.positions import where
@@ -78,6 +78,8 @@ class RankBeforeInit(Rule):
            "`int(os.environ[\"WORLD_SIZE\"])`")
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
+        if not model.may_reach(INIT_NEED):
+            return   # nothing starts a group: no "before" (an unseen helper named like one is only "maybe")
         for fn in [None, *model.functions]:
             steps = _steps(model, fn)
             inits = [s for s in steps if s.kind != "query"]

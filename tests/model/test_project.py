@@ -1,0 +1,117 @@
+"""Local helper modules (model/project.py): which modules a file can reach,
+what a scan of their text proves without parsing them, and that what it
+proves never changes an answer, only what gets parsed."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import libcst as cst
+
+import ddpcheck.model.project as project
+from ddpcheck.lint.engine import lint_path
+from ddpcheck.model.builder import build_model
+from ddpcheck.model.distributed import INIT_NEED, function_inits, init_calls
+from ddpcheck.model.project import ProjectIndex, scan_text
+from ddpcheck.settings import LintSettings
+from tests.conftest import needs_rule, write
+
+SETTINGS = LintSettings(enabled=frozenset())
+
+
+def model_of(path: Path):
+    text = path.read_text()
+    model = build_model(str(path), cst.parse_module(text), SETTINGS, text)
+    model.project = ProjectIndex(SETTINGS)
+    return model
+
+
+def parsed(path: Path) -> bool:
+    cached = project._CACHE.get(str(path))
+    return cached is not None and cached[1] is not None
+
+
+def test_scan_finds_every_import_form_and_definition():
+    scan = scan_text(textwrap.dedent("""\
+        import os, utils.dist as du
+        from . import engine
+        from .helpers import (
+            save_on_master,
+            init_distributed_mode as init_dist,
+        )
+        from pkg.sub import \\
+            builder
+        async def fetch(): ...
+        class Trainer:
+            def fit(self): ...
+        """))
+    assert {("os", 0, None), ("utils.dist", 0, None), ("utils", 0, None), ("", 1, "engine"),
+            ("helpers", 1, "save_on_master"), ("helpers", 1, "init_distributed_mode"),
+            ("pkg.sub", 0, "builder")} <= scan.sources
+    assert {"os", "du", "engine", "save_on_master", "init_dist", "builder", "fetch", "fit"} <= scan.bound
+    assert "init_distributed_mode" in scan.identifiers and "Trainer" in scan.identifiers
+
+
+def test_a_helper_that_never_defines_the_called_name_is_not_parsed(tmp_path):
+    write(tmp_path / "layers.py", "class Block:\n    pass\n")
+    train = write(tmp_path / "train.py", "import layers\nb = layers.Block()\n")
+    model = model_of(train)
+    call = next(c for c in model.calls if c.func == "layers.Block")
+    assert model.resolve_call(call) is None
+    assert not parsed(tmp_path / "layers.py")
+
+
+def test_init_found_through_a_module_that_only_imports_the_one_that_starts_it(tmp_path):
+    # train.py -> setup.py (never names init_process_group) -> dist_utils.py (does)
+    write(tmp_path / "dist_utils.py", "import torch.distributed as dist\n"
+                                      "def start():\n    dist.init_process_group('nccl')\n")
+    write(tmp_path / "setup.py", "from dist_utils import start\ndef prepare():\n    start()\n")
+    write(tmp_path / "plots.py", "def draw():\n    return 1\n")
+    train = write(tmp_path / "train.py", "from setup import prepare\nfrom plots import draw\n"
+                                         "prepare()\ndraw()\n")
+    model = model_of(train)
+    assert model.may_reach(INIT_NEED)
+    assert [c.func for c in init_calls(model)] == ["prepare"]
+    # plots.py names nothing that starts a group: asked, it is never parsed
+    assert not parsed(tmp_path / "plots.py")
+
+
+def test_a_module_that_cannot_reach_an_init_is_proved_so_without_parsing(tmp_path):
+    write(tmp_path / "metrics.py", "def top1(x):\n    return x\n")
+    train = write(tmp_path / "train.py", "from metrics import top1\ndef main():\n    top1(1)\n")
+    model = model_of(train)
+    assert not model.may_reach(INIT_NEED)
+    main = next(f for f in model.functions if f.name == "main")
+    assert function_inits(model, main) is False
+    assert not parsed(tmp_path / "metrics.py")
+
+
+def test_a_web_of_modules_larger_than_a_training_repo_is_answered_maybe(tmp_path, monkeypatch):
+    monkeypatch.setattr(project, "MAX_REACH_MODULES", 3)
+    for i in range(6):
+        write(tmp_path / f"m{i}.py", f"import m{i + 1}\n" if i < 5 else "x = 1\n")
+    train = write(tmp_path / "train.py", "import m0\n")
+    assert model_of(train).may_reach(INIT_NEED)   # not proved absent: helpers get parsed when called
+
+
+def test_modules_beside_an_installed_package_are_libraries(tmp_path):
+    site = tmp_path / "lib" / "site-packages"
+    write(site / "mypkg" / "__init__.py", "")
+    write(site / "otherdist.py", "def helper():\n    pass\n")
+    write(site / "mypkg" / "util.py", "def helper():\n    pass\n")
+    inside = write(site / "mypkg" / "core.py", "import otherdist\nfrom . import util\n")
+    index = ProjectIndex(SETTINGS)
+    assert index.find_module(str(inside), "otherdist", 0) is None   # another distribution
+    assert index.find_module(str(inside), "util", 1) == site / "mypkg" / "util.py"   # its own package
+
+
+@needs_rule("DDP403")
+def test_rank_read_before_an_init_two_modules_away_is_still_reported(tmp_path):
+    write(tmp_path / "dist_utils.py", "import torch.distributed as dist\n"
+                                      "def start():\n    dist.init_process_group('nccl')\n")
+    write(tmp_path / "setup.py", "from dist_utils import start\ndef prepare():\n    start()\n")
+    train = write(tmp_path / "train.py", "import torch.distributed as dist\nfrom setup import prepare\n"
+                                         "def main():\n    r = dist.get_rank()\n    prepare()\n    dist.barrier()\n")
+    result = lint_path(str(train), LintSettings(enabled=frozenset({"DDP403"})))
+    assert [(f.line, f.code) for f in result.findings] == [(4, "DDP403")]
