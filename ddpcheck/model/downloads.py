@@ -1,6 +1,7 @@
 """Calls that download into a shared folder: a data set class asked to
 download (`torchvision.datasets.CIFAR10(root, download=True)`, torchaudio's
-data sets) and the plain fetchers that write straight to a named file
+data sets, and a repo's own class that follows their convention:
+`COCO_Dataset(root, split="train", download=True)`) and the plain fetchers that write straight to a named file
 (torchvision's `download_url` / `download_and_extract_archive`,
 `urllib.request.urlretrieve`, `wget.download`).
 
@@ -31,10 +32,22 @@ def _literal_true(site: CallSite, keyword: str) -> bool:
     return isinstance(value, cst.Name) and value.value == "True"
 
 
+def _names_a_data_set(site: CallSite) -> bool:
+    """A class (`COCO_Dataset`, `VOCSegmentation`, a subclass of CIFAR10) or a
+    builder that says it makes a data set (`build_dataset`, `get_data`):
+    torchvision's `download=True` convention, which training repos copy for
+    their own data set classes."""
+    q = site.qual or site.func or ""
+    if q.startswith(DATASET_PACKAGES):
+        return True
+    last = q.rpartition(".")[2]
+    return last[:1].isupper() or "data" in last.lower()
+
+
 def download_call(model: ScriptModel, site: CallSite) -> str | None:
     """What the call downloads ("the data set", "the file"), or None."""
     q = site.qual or ""
-    if q.startswith(DATASET_PACKAGES) and _literal_true(site, "download"):
+    if _literal_true(site, "download") and _names_a_data_set(site):
         return "data set"
     if q in FETCHERS:
         return "file"
