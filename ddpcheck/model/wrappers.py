@@ -84,10 +84,26 @@ def reaching_assignments(assigns: list[Assign], ctx: Ctx) -> list[Assign]:
         before = list(assigns)
     reaching: list[Assign] = []
     for a in sorted(before, key=lambda a: -a.ctx.order):
-        if reaching and not all(exclusive(a.ctx, r.ctx) for r in reaching):
+        if reaching and not all(exclusive(a.ctx, r.ctx) for r in reaching) and any(
+                _always_runs_before(r.ctx, ctx) for r in reaching):
             break
         reaching.append(a)
     return reaching
+
+
+def _always_runs_before(a: Ctx, ctx: Ctx) -> bool:
+    """Every path to `ctx` passes `a` (earlier in the same function, or at
+    module level for a function's read): `a` sits in no `if` arm or loop that
+    `ctx` is not in too. `if use_amp: model, opt =
+    amp.initialize(model, opt)` does not: the value from before it still
+    reaches the code after the `if`."""
+    if a.opaque:
+        return False
+    if a.function is not ctx.function:   # module-level code, read from a function: it all ran first
+        return not a.branches and not a.loops
+    arms = {(id(b.test), b.positive) for b in ctx.branches}
+    return (all((id(b.test), b.positive) in arms for b in a.branches)
+            and all(loop in ctx.loops for loop in a.loops))
 
 
 def opposite_arms(model: ScriptModel, a: Ctx, b: Ctx) -> bool:
