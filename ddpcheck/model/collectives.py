@@ -182,7 +182,8 @@ def param_for_arg(fn: FunctionInfo, call: CallSite, arg: cst.Arg) -> str | None:
     if idx is None or any(a.star for a in positional[: idx + 1]):
         return None
     params = list(fn.params)
-    if fn.class_name and params and params[0] in ("self", "cls") and call.receiver is not None:
+    is_ctor = fn.name == "__init__" and isinstance(call.node.func, cst.Name)   # `Trainer(model, ...)`
+    if fn.class_name and params and params[0] in ("self", "cls") and (call.receiver is not None or is_ctor):
         params = params[1:]
     return params[idx] if idx < len(params) else None
 

@@ -61,7 +61,8 @@ def param_for(fn: FunctionInfo, call: CallSite, idx: int | str) -> str | None:
     if isinstance(idx, str):
         return idx if idx in fn.params else None
     params = list(fn.params)
-    if fn.class_name and params and params[0] in ("self", "cls") and call.receiver is not None:
+    is_ctor = fn.name == "__init__" and isinstance(call.node.func, cst.Name)   # `Trainer(model, ...)`
+    if fn.class_name and params and params[0] in ("self", "cls") and (call.receiver is not None or is_ctor):
         params = params[1:]
     return params[idx] if idx < len(params) else None
 

@@ -46,7 +46,7 @@ _INSTALL_DIRS = {"site-packages", "dist-packages"}
 _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n;#]*)", re.M)
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n;#]+)", re.M)
-_DEF = re.compile(r"^[ \t]*(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+_DEF = re.compile(r"^[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)", re.M)
 # abs path -> (stamp, its scan); None for a module too large to be a helper
 # (or unreadable): it is never parsed either, so nothing is reached through it.
 _SCANNED: dict[str, tuple[int, "ModuleScan | None"]] = {}
@@ -76,7 +76,7 @@ class ModuleScan:
 
     identifiers: frozenset[str]                          # every word that could be a name
     sources: frozenset[tuple[str, int, str | None]]      # (module, level, name) of its imports
-    bound: frozenset[str]                                # names it defines (def) or binds by import
+    bound: frozenset[str]                                # names it defines (def, class) or binds by import
 
 
 def scan_text(text: str) -> ModuleScan:
@@ -290,7 +290,7 @@ class ProjectIndex:
             return None
         scanned = self._scan(path)
         if scanned is None or name not in scanned.bound:
-            return None   # it neither defines nor imports `name` (a class, a constant): nothing to parse
+            return None   # it neither defines nor imports `name` (a constant, a typo): nothing to parse
         if needs and not self.reaches(str(path), scanned, needs):
             return None
         model = self.model_for(path)
@@ -299,6 +299,9 @@ class ProjectIndex:
         local = [f for f in model.functions_named(name) if f.class_name is None]
         if local:
             return model, local[-1]
+        init = model.constructor(name)
+        if init is not None:
+            return model, init
         src = model.imports.sources.get(name)
         if src and src[2] is not None:
             return self.resolve_function(str(path), src[0], src[1], src[2], depth + 1, needs)

@@ -364,6 +364,9 @@ class ScriptModel:
             local = [f for f in self.functions_named(name) if f.class_name is None]
             if local:
                 return self, local[-1]
+            init = self.constructor(name)
+            if init is not None:
+                return self, init
             src = self.imports.sources.get(name)
             if src and self.project is not None and src[2] is not None:
                 return self.project.resolve_function(self.path, src[0], src[1], src[2], needs=needs)
@@ -381,6 +384,14 @@ class ScriptModel:
                     target = f"{module}.{attr}" if attr and module else (attr or module)
                     return self.project.resolve_function(self.path, target, level, func.attr.value, needs=needs)
         return None
+
+    def constructor(self, class_name: str) -> FunctionInfo | None:
+        """`__init__` of a class defined in this file: what `Logger(...)`
+        runs (None for a class without one, or no such class)."""
+        if class_name not in self.class_names:
+            return None
+        inits = self.functions_named("__init__", class_name)
+        return inits[-1] if inits else None
 
     @query(on_cycle=None)   # recursion reads as "no"
     def first_call_reaching(self, fn: FunctionInfo | None, test) -> CallSite | None:

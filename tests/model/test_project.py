@@ -49,15 +49,15 @@ def test_scan_finds_every_import_form_and_definition():
     assert {("os", 0, None), ("utils.dist", 0, None), ("utils", 0, None), ("", 1, "engine"),
             ("helpers", 1, "save_on_master"), ("helpers", 1, "init_distributed_mode"),
             ("pkg.sub", 0, "builder")} <= scan.sources
-    assert {"os", "du", "engine", "save_on_master", "init_dist", "builder", "fetch", "fit"} <= scan.bound
+    assert {"os", "du", "engine", "save_on_master", "init_dist", "builder", "fetch", "fit", "Trainer"} <= scan.bound
     assert "init_distributed_mode" in scan.identifiers and "Trainer" in scan.identifiers
 
 
 def test_a_helper_that_never_defines_the_called_name_is_not_parsed(tmp_path):
-    write(tmp_path / "layers.py", "class Block:\n    pass\n")
-    train = write(tmp_path / "train.py", "import layers\nb = layers.Block()\n")
+    write(tmp_path / "layers.py", "import functools\nfrom torch import nn\nconv3x3 = functools.partial(nn.Conv2d, kernel_size=3)\n")
+    train = write(tmp_path / "train.py", "import layers\nb = layers.conv3x3(3, 64)\n")
     model = model_of(train)
-    call = next(c for c in model.calls if c.func == "layers.Block")
+    call = next(c for c in model.calls if c.func == "layers.conv3x3")
     assert model.resolve_call(call) is None
     assert not parsed(tmp_path / "layers.py")
 
@@ -115,3 +115,19 @@ def test_rank_read_before_an_init_two_modules_away_is_still_reported(tmp_path):
                                          "def main():\n    r = dist.get_rank()\n    prepare()\n    dist.barrier()\n")
     result = lint_path(str(train), LintSettings(enabled=frozenset({"DDP403"})))
     assert [(f.line, f.code) for f in result.findings] == [(4, "DDP403")]
+
+
+def test_a_constructor_call_lands_in_init_here_and_in_a_helper_package(tmp_path):
+    write(tmp_path / "tools" / "__init__.py", "from .logger import Logger\n")
+    write(tmp_path / "tools" / "logger.py", "class Logger:\n    def __init__(self, log_dir):\n        self.d = log_dir\n")
+    train = write(tmp_path / "train.py", "from tools import Logger\n"
+                                         "class Meter:\n    def __init__(self, name):\n        self.name = name\n"
+                                         "class Plain:\n    pass\n"
+                                         "log = Logger('runs')\nm = Meter('loss')\np = Plain()\n")
+    model = model_of(train)
+    by_func = {c.func: model.resolve_call(c) for c in model.calls}
+    helper, init = by_func["Logger"]
+    assert init.name == "__init__" and init.class_name == "Logger" and helper.path.endswith("logger.py")
+    here, meter_init = by_func["Meter"]
+    assert here is model and meter_init.class_name == "Meter"
+    assert by_func["Plain"] is None   # no __init__ of its own: nothing of the file's runs
