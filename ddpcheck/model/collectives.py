@@ -371,6 +371,31 @@ def implies_initialized(model: ScriptModel, expr: cst.BaseExpression, positive: 
     return False
 
 
+def tests_initialized(model: ScriptModel, expr: cst.BaseExpression, scope, depth: int = 0) -> bool | None:
+    """True when `expr` is "the default group exists" (`dist.is_initialized()`,
+    a flag holding it), False when it is the negation, None otherwise."""
+    if depth > 4:
+        return None
+    if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
+        inner = tests_initialized(model, expr.expression, scope, depth + 1)
+        return None if inner is None else not inner
+    if isinstance(expr, cst.Call):
+        name = dotted_name(expr.func)
+        return True if name and model.imports.qualify(name).rpartition(".")[2] in INITIALIZED_PREDICATES else None
+    if isinstance(expr, cst.Name) and expr.value not in ("True", "False"):
+        assigns = model.assignments(expr.value, scope)
+        found = {tests_initialized(model, a.value, a.ctx.function, depth + 1)
+                 for a in assigns if a.value is not None and a.augmented is None}
+        return found.pop() if len(found) == 1 and len(assigns) == 1 else None
+    return None
+
+
+def runs_only_uninitialized(model: ScriptModel, site: CallSite) -> bool:
+    """`if not dist.is_initialized(): init_process_group()`: the call runs
+    only where no default group exists yet (an "ensure" helper)."""
+    return any(tests_initialized(model, b.test, b.function) is (not b.positive) for b in site.ctx.branches)
+
+
 def initialized_guarded(model: ScriptModel, site: CallSite) -> bool:
     """The call only runs where the default process group already exists."""
     if site.ctx.opaque:   # a try body or a lambda: its timing is not judged
@@ -380,6 +405,7 @@ def initialized_guarded(model: ScriptModel, site: CallSite) -> bool:
 
 __all__ = [
     "COLLECTIVES", "collective_kind", "ddp_forward", "holds_ddp", "function_events", "unbalanced",
-    "needs_process_group", "initialized_guarded", "implies_initialized", "Event", "site_worlds",
+    "needs_process_group", "initialized_guarded", "implies_initialized", "tests_initialized",
+    "runs_only_uninitialized", "Event", "site_worlds",
     "is_subgroup_call", "calls_param", "param_for_arg",
 ]

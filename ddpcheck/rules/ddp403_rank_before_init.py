@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ddpcheck.model.collectives import initialized_guarded, needs_process_group
+from ddpcheck.model.collectives import initialized_guarded, needs_process_group, runs_only_uninitialized
 from ddpcheck.model.distributed import INIT_NEED, function_inits, init_calls, is_init_call
 from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
@@ -40,7 +40,8 @@ def _steps(model: ScriptModel, fn: FunctionInfo | None) -> list[_Step]:
     steps = []
     for c in model.calls_in(fn):
         if is_init_call(model, c):
-            steps.append(_Step("init", c, ""))
+            # `if not dist.is_initialized(): init_process_group()` ensures a group: one may exist before
+            steps.append(_Step("maybe-init" if runs_only_uninitialized(model, c) else "init", c, ""))
             continue
         if needs_process_group(model, c):
             if not initialized_guarded(model, c):
@@ -59,10 +60,28 @@ def _steps(model: ScriptModel, fn: FunctionInfo | None) -> list[_Step]:
                 loc = "" if tmodel is model else f" ({where(tmodel, tfn.node, model).split(':')[0]})"
                 steps.append(_Step("query", c, f"`{c.func}(...)`, which calls {inner} in `{tfn.qualname}`{loc},"))
             elif inits:
-                steps.append(_Step("init", c, ""))
+                steps.append(_Step("init" if starts_group(tmodel, tfn) else "maybe-init", c, ""))
         elif c in init_calls(model):
             steps.append(_Step("maybe-init", c, ""))
     return steps
+
+
+@query(on_cycle=False)
+def starts_group(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
+    """`fn` (or one it calls, 3 deep) starts the default group on every call:
+    an init that runs only when none exists (`DeviceMesh(...)`, an
+    `ensure_initialized()` helper) says nothing about the code before it."""
+    for c in model.calls_in(fn):
+        if is_init_call(model, c) and not runs_only_uninitialized(model, c):
+            return True
+    if depth < 3:
+        for c in model.calls_in(fn):
+            if runs_only_uninitialized(model, c):
+                continue
+            target = model.resolve_call(c, INIT_NEED)
+            if target is not None and target[1] is not fn and starts_group(target[0], target[1], depth + 1):
+                return True
+    return False
 
 
 @register
