@@ -81,7 +81,24 @@ def _condition(model, expr: cst.BaseExpression, scope) -> Condition:
     return UNKNOWN
 
 
+def _is_wandb_run(model, expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Attribute) and model.qualify(expr) == "wandb.run"
+
+
+def _wandb_run_condition(model) -> Condition:
+    """`wandb.run` is set only in the processes that called `wandb.init()`:
+    when every such call in the file is reached by the main process only,
+    `if wandb.run:` is a main-process guard."""
+    inits = [c for c in model.calls if c.qual == "wandb.init"]
+    if not inits:
+        return UNKNOWN
+    where = frozenset().union(*(model.worlds(c.ctx) for c in inits))
+    return Condition(NONE, where) if DN not in where else UNKNOWN
+
+
 def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
+    if _is_wandb_run(model, expr):
+        return _wandb_run_condition(model)
     last = _last(model, expr)
     if last is None:
         return UNKNOWN
@@ -198,6 +215,10 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool
     return False
 
 
+def _is_none(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, cst.Name) and expr.value == "None"
+
+
 def _literal(expr: cst.BaseExpression):
     """An int (or "0"-like string) literal, a tuple/list/set of them, else None."""
     if isinstance(expr, cst.Integer):
@@ -244,6 +265,18 @@ def _comparison(model, expr: cst.Comparison, scope) -> Condition:
             if op_type is cst.NotEqual:
                 return Condition.exactly(frozenset({DN}))
         return UNKNOWN
+    if op_type in (cst.Is, cst.IsNot) and _is_none(right) != _is_none(left):
+        side = left if _is_none(right) else right
+        if _is_wandb_run(model, side):   # `wandb.run is not None`: a Run object or None
+            cond = _wandb_run_condition(model)
+            return cond if op_type is cst.IsNot else cond.negate()
+        # `rank is None or rank == 0` (None: "not distributed"): a rank of a
+        # distributed process is always an int; a single process may hold None.
+        if not is_rank_expr(model, side, scope):
+            return UNKNOWN
+        if op_type is cst.Is:
+            return Condition(frozenset(), frozenset({S}))
+        return Condition(frozenset({D0, DN}), frozenset({D0, DN, S}))
     if _literal(left) is not None and _literal(right) is None:
         left, right = right, left
         if op_type in _FLIP:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.model.distributed import starts_own_workers
+from ddpcheck.model.distributed import init_calls, starts_own_workers
 from ddpcheck.model.env import env_writes
 from ddpcheck.model.flow import arguments_for
 from ddpcheck.model.guards import RANK_ENV
@@ -110,8 +110,11 @@ def rank_origin(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInf
 def _env_origin(model: ScriptModel, name: str | None) -> RankOrigin:
     if name in LOCAL_RANK_ENV:
         return LOCAL
-    if name in GLOBAL_RANK_ENV and not env_writes(model, name):
-        # set by the launcher (a script that writes RANK itself decides what it holds)
+    if name in GLOBAL_RANK_ENV and not env_writes(model, name) and init_calls(model):
+        # set by the launcher (a script that writes RANK itself decides what it
+        # holds). A module that does not start the group itself (a Trainer class
+        # built by the entry script) is not judged: its caller may have written
+        # RANK from mp.spawn's index.
         return RankOrigin(RankKind.GLOBAL, f"the `{name}` environment variable")
     return UNKNOWN
 

@@ -85,13 +85,13 @@ def reaching_assignments(assigns: list[Assign], ctx: Ctx) -> list[Assign]:
     reaching: list[Assign] = []
     for a in sorted(before, key=lambda a: -a.ctx.order):
         if reaching and not all(exclusive(a.ctx, r.ctx) for r in reaching) and any(
-                _always_runs_before(r.ctx, ctx) for r in reaching):
+                always_runs_before(r.ctx, ctx) for r in reaching):
             break
         reaching.append(a)
     return reaching
 
 
-def _always_runs_before(a: Ctx, ctx: Ctx) -> bool:
+def always_runs_before(a: Ctx, ctx: Ctx) -> bool:
     """Every path to `ctx` passes `a` (earlier in the same function, or at
     module level for a function's read): `a` sits in no `if` arm or loop that
     `ctx` is not in too. `if use_amp: model, opt =
@@ -257,4 +257,4 @@ def _filled_renamed(model: ScriptModel, key: str, scope) -> bool:
 
 
 __all__ = ["wrapper_held", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
-           "reaching_assignments", "tells_wrapper_apart", "opposite_arms"]
+           "reaching_assignments", "always_runs_before", "tells_wrapper_apart", "opposite_arms"]

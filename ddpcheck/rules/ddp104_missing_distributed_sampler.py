@@ -12,10 +12,11 @@ from ddpcheck.model.evaluation import TRAIN_NAME, is_eval_loader
 from ddpcheck.model.flow import consumed_per_epoch
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import LoaderInfo, exclusive, is_api_call, loaders, wraps
+from ddpcheck.model.values import LoaderInfo, exclusive, is_api_call, loaders, wraps, iterated_keys
 from ddpcheck.model.worlds import D0, DN
-from ddpcheck.model.wrappers import opposite_arms
+from ddpcheck.model.wrappers import always_runs_before, opposite_arms
 from ddpcheck.findings import Severity
+from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.rules.base import Hit, Rule, register
 
 LOCAL_SAMPLERS = ("RandomSampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler")
@@ -101,6 +102,19 @@ def _self_sharded(model: ScriptModel, loader: LoaderInfo) -> bool:
     return False
 
 
+def _rebound_before_every_pass(model: ScriptModel, key: str, site) -> bool:
+    """`data_loader = DataLoader(raw)` for a one-off pass, then `data_loader =
+    DataLoader(ds, sampler=DistributedSampler(ds))` before the epoch loop:
+    every loop over the name reads the later loader, not this one."""
+    scope = site.ctx.function
+    reads = [loop for loop in model.loops if loop.ctx.function is scope and loop.is_for
+             and loop.ctx.order > site.ctx.order and key in set(iterated_keys(loop.iter))]
+    later = [a for a in model.assigns_in(scope) if a.key == key and a.augmented is None
+             and a.ctx.order > site.ctx.order]
+    return bool(reads) and all(any(a.ctx.order < loop.ctx.order and always_runs_before(a.ctx, loop.ctx) for a in later)
+                               for loop in reads)
+
+
 @register
 class MissingDistributedSampler(Rule):
     code = "DDP104"
@@ -128,9 +142,11 @@ class MissingDistributedSampler(Rule):
             if is_eval_loader(model, loader):
                 continue
             scope = site.ctx.function
+            if not other_ranks_reach(model, site.ctx) and not any(w.site.ctx.function is scope for w in ddp):
+                continue   # a function the script never runs (`inference()`), apart from the training code
             trains = bool(TRAIN_NAME.search(loader.key)) or any(epoch_loops(model, loader.key, scope)) or \
                 consumed_per_epoch(model, site)
-            if not trains:
+            if not trains or _rebound_before_every_pass(model, loader.key, site):
                 continue
             kinds = {_kind(model, site.arg("sampler", 3), scope, site.ctx),
                      _kind(model, site.arg("batch_sampler", 4), scope, site.ctx)}

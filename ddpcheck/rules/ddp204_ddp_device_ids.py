@@ -48,6 +48,8 @@ class DDPDeviceIds(Rule):
                 continue
             if script_sets_device(model) is not False or env_writes(model, "CUDA_VISIBLE_DEVICES"):
                 continue
+            if not init_calls(model):
+                continue   # the group (and the device next to it) is set up by whoever imports this module
             if PER_RANK not in kinds and FIXED in kinds and all_ranks_on_one_gpu(model) is not None:
                 continue   # everything is on GPU 0: DDP503 reports the root cause once
             name = f"`{w.inner}`" if w.inner else "the model"
