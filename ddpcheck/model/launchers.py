@@ -44,28 +44,10 @@ def spawns_workers(model: ScriptModel, fn: FunctionInfo | None, depth: int = 0) 
         return False
     for c in model.calls_in(fn):
         target = model.resolve_call(c)
-        callee = target[1] if target is not None and target[0] is model else _instance_method(model, c)
+        callee = target[1] if target is not None and target[0] is model else None
         if callee is not None and callee is not fn and spawns_workers(model, callee, depth + 1):
             return True
     return False
-
-
-def _instance_method(model: ScriptModel, site: CallSite) -> FunctionInfo | None:
-    """`launcher.run()` where every assignment of `launcher` in the function is
-    `Launcher(...)`, a class of this file: its `run` method."""
-    func = site.node.func
-    if not isinstance(func, cst.Attribute) or not isinstance(func.value, cst.Name):
-        return None
-    assigns = [a for a in model.assignments(func.value.value, site.ctx.function)]
-    classes = set()
-    for a in assigns:
-        if not isinstance(a.value, cst.Call) or a.augmented is not None:
-            return None
-        classes.add(dotted_name(a.value.func))
-    if len(classes) != 1:
-        return None
-    methods = model.functions_named(func.attr.value, classes.pop())
-    return methods[-1] if methods else None
 
 
 def _main_guard(test: cst.BaseExpression) -> bool:

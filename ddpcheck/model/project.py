@@ -148,7 +148,15 @@ class ProjectIndex:
         parts = [p for p in module.split(".") if p]
         if level == 0 and parts and parts[0] in _LIBRARY_ROOTS:
             return None
-        for base in self._bases(from_path, level):
+        bases = list(self._bases(from_path, level))
+        here = os.path.dirname(os.path.abspath(from_path))
+        if level == 0 and parts and parts[0] == os.path.basename(here) and not os.path.isfile(
+                os.path.join(here, "__init__.py")):
+            # `from data.loader import X` inside data/ (a folder without
+            # __init__.py): run from the folder above, as the entry script is
+            if os.path.basename(os.path.dirname(here)) not in _INSTALL_DIRS:
+                bases.append(Path(os.path.dirname(here)))
+        for base in bases:
             target = os.path.join(base, *parts)
             for candidate in (target + ".py" if parts else None, os.path.join(target, "__init__.py")):
                 if candidate is not None and os.path.isfile(candidate):
@@ -183,6 +191,25 @@ class ProjectIndex:
             model = None
         _CACHE[key] = (stamp, model)
         return model
+
+    def resolve_class(self, from_path: str, module: str, level: int, name: str, depth: int = 0):
+        """(model, name) when local module `module` defines class `name`
+        (re-exports followed), else None."""
+        if depth > 3:
+            return None
+        path = self.find_module(from_path, module, level)
+        scanned = self._scan(path) if path is not None else None
+        if scanned is None or name not in scanned.bound:
+            return None
+        model = self.model_for(path)
+        if model is None:
+            return None
+        if name in model.class_names:
+            return model, name
+        src = model.imports.sources.get(name)
+        if src and src[2] is not None:
+            return self.resolve_class(str(path), src[0], src[1], src[2], depth + 1)
+        return None
 
     # -- what a module can reach ------------------------------------------------
     def _scan(self, path: Path | str) -> ModuleScan | None:

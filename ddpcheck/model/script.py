@@ -383,7 +383,58 @@ class ScriptModel:
                     module, level, attr = src
                     target = f"{module}.{attr}" if attr and module else (attr or module)
                     return self.project.resolve_function(self.path, target, level, func.attr.value, needs=needs)
+            if recv and "." not in recv and recv != "self":
+                # `trainer.fit()`, `data_loader.load_data()`: a method of the
+                # class the local object was built from
+                owner = self.instance_class(recv, call.ctx.function)
+                if owner is not None:
+                    cmodel, cls = owner
+                    methods = cmodel.functions_named(func.attr.value, cls)
+                    return (cmodel, methods[-1]) if methods else None
         return None
+
+    @query
+    def instance_class(self, key: str, scope: FunctionInfo | None) -> tuple["ScriptModel", str] | None:
+        """(model, class name) when every assignment of the local `key` in
+        `scope` builds an object of one class of the tree: `Trainer(...)`
+        directly, or through a function that returns one
+        (`CreateDataLoader(opt)` returning its `CustomDatasetDataLoader()`)."""
+        return self._class_of_name(key, scope, 0)
+
+    def _class_of_name(self, key: str, scope: FunctionInfo | None, depth: int) -> tuple["ScriptModel", str] | None:
+        assigns = self.assignments(key, scope)
+        if not assigns or any(a.value is None or a.augmented is not None for a in assigns):
+            return None
+        found = {self._class_of_value(a.value, a.ctx.function, depth) for a in assigns}
+        return found.pop() if len(found) == 1 else None
+
+    def _class_of_value(self, expr: cst.BaseExpression, scope: FunctionInfo | None,
+                        depth: int) -> tuple["ScriptModel", str] | None:
+        if depth > 3:
+            return None
+        if isinstance(expr, cst.Name):
+            return self._class_of_name(expr.value, scope, depth + 1)
+        if not isinstance(expr, cst.Call):
+            return None
+        func = expr.func
+        if isinstance(func, cst.Name) and func.value in self.class_names:
+            return self, func.value
+        src = self.imports.sources.get(func.value) if isinstance(func, cst.Name) else None
+        if src and src[2] is not None and self.project is not None:
+            found = self.project.resolve_class(self.path, src[0], src[1], src[2])
+            if found is not None:
+                return found
+        site = self.site_of.get(id(expr))
+        target = self.resolve_call(site) if site is not None else None
+        if target is None:
+            return None
+        tmodel, fn = target
+        if fn.name == "__init__" and fn.class_name is not None:
+            return tmodel, fn.class_name
+        if not fn.returns or fn.class_name is not None:
+            return None
+        found = {tmodel._class_of_value(value, fn, depth + 1) for value, _ctx in fn.returns}
+        return found.pop() if len(found) == 1 else None
 
     def constructor(self, class_name: str) -> FunctionInfo | None:
         """`__init__` of a class defined in this file: what `Logger(...)`

@@ -131,3 +131,21 @@ def test_a_constructor_call_lands_in_init_here_and_in_a_helper_package(tmp_path)
     here, meter_init = by_func["Meter"]
     assert here is model and meter_init.class_name == "Meter"
     assert by_func["Plain"] is None   # no __init__ of its own: nothing of the file's runs
+
+
+def test_a_method_call_on_an_object_lands_in_its_class_even_through_a_factory(tmp_path):
+    write(tmp_path / "data" / "wrapper.py", "class LoaderWrapper:\n    def load_data(self):\n        return 1\n")
+    # a folder without __init__.py importing its sibling by the folder's name,
+    # as it does when the entry script above it runs
+    write(tmp_path / "data" / "factory.py", "from data.wrapper import LoaderWrapper\n"
+                                            "def make(opt):\n    w = LoaderWrapper()\n    return w\n")
+    train = write(tmp_path / "train.py", "from data.factory import make\n"
+                                         "class Trainer:\n    def fit(self):\n        pass\n"
+                                         "def main():\n    t = Trainer()\n    t.fit()\n"
+                                         "    loader = make(None)\n    loader.load_data()\n    loader.missing()\n")
+    model = model_of(train)
+    by_func = {c.func: model.resolve_call(c) for c in model.calls}
+    assert by_func["t.fit"][1].qualname.endswith("Trainer.fit")
+    wmodel, method = by_func["loader.load_data"]
+    assert wmodel.path.endswith("wrapper.py") and method.class_name == "LoaderWrapper"
+    assert by_func["loader.missing"] is None   # not a method of the class (an inherited one is not followed)
