@@ -80,6 +80,11 @@ _COLLECTIVE_LIBRARIES = {"distributed", "c10d", "comm", "deepspeed", "accelerate
                          *(m.rpartition(".")[2] for m in LIBRARY_COLLECTIVES)}
 EVENT_NEED = (tuple(sorted(_COLLECTIVE_LIBRARIES | set(DDP_NAMES))), tuple(sorted(_COLLECTIVE_NAMES | set(DDP_NAMES))))
 
+# A module that calls torch.distributed's group-needing functions or starts
+# the group names torch.distributed and one of those functions.
+PROCESS_GROUP_NEED = (("distributed", "c10d"),
+                      tuple(sorted({*COLLECTIVES, *PROCESS_GROUP_QUERIES, "init_process_group"})))
+
 # Predicates that are true only once the default process group exists.
 INITIALIZED_PREDICATES = {"is_initialized", "is_dist_avail_and_initialized", "dist_is_initialized",
                           "is_dist_initialized"}
@@ -405,7 +410,7 @@ def initialized_guarded(model: ScriptModel, site: CallSite) -> bool:
 
 __all__ = [
     "COLLECTIVES", "collective_kind", "ddp_forward", "holds_ddp", "function_events", "unbalanced",
-    "needs_process_group", "initialized_guarded", "implies_initialized", "tests_initialized",
+    "needs_process_group", "PROCESS_GROUP_NEED", "initialized_guarded", "implies_initialized", "tests_initialized",
     "runs_only_uninitialized", "Event", "site_worlds",
     "is_subgroup_call", "calls_param", "param_for_arg",
 ]

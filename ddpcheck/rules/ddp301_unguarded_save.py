@@ -26,6 +26,10 @@ _WHY = {
 }
 
 
+# A module with such a write names one of these (project.Need).
+WRITE_NEED = (("save", "SummaryWriter", "wandb", "save_pretrained"),)
+
+
 def checkpoint_write(site: CallSite) -> str | None:
     """The kind of every-rank write a call is, or None."""
     q = site.qual or ""
@@ -70,7 +74,7 @@ def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0,
         if kind and not per_rank_target(model, c, kind):
             return c
         if depth < 2:
-            target = model.resolve_call(c)
+            target = model.resolve_call(c, WRITE_NEED)
             if target is not None and writes_on_every_rank(target[0], target[1], depth + 1):
                 return c
     return None
@@ -104,7 +108,7 @@ class UnguardedSave(Rule):
                             f" in `{caller.name}()`)" if caller is not None else " at module level)")
                     yield Hit(site.node, message=f"`{what}(...)` runs on every rank{via}: {_WHY[kind]}")
                 continue
-            target = model.resolve_call(site)
+            target = model.resolve_call(site, WRITE_NEED)
             if target is None or target[0] is model:
                 continue   # same-file helpers are reported at their own write
             inner = writes_on_every_rank(*target, caller=(model, site))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ddpcheck.model.collectives import initialized_guarded, needs_process_group, runs_only_uninitialized
+from ddpcheck.model.collectives import PROCESS_GROUP_NEED, initialized_guarded, needs_process_group, runs_only_uninitialized
 from ddpcheck.model.distributed import INIT_NEED, function_inits, init_calls, is_init_call
 from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
@@ -47,7 +47,7 @@ def _steps(model: ScriptModel, fn: FunctionInfo | None) -> list[_Step]:
             if not initialized_guarded(model, c):
                 steps.append(_Step("query", c, f"`{c.func}(...)`"))
             continue
-        target = model.resolve_call(c)
+        target = model.resolve_call(c, PROCESS_GROUP_NEED)
         if target is not None:
             tmodel, tfn = target
             if tfn is fn:
