@@ -370,6 +370,14 @@ class ScriptModel:
             src = self.imports.sources.get(name)
             if src and self.project is not None and src[2] is not None:
                 return self.project.resolve_function(self.path, src[0], src[1], src[2], needs=needs)
+            if src is None and self.project is not None:
+                # `from dataloader import *` of a local module: the function it defines
+                for star in self.imports.star_modules:
+                    module = star.lstrip(".")
+                    found = self.project.resolve_function(self.path, module, len(star) - len(module), name,
+                                                          needs=needs)
+                    if found is not None:
+                        return found
             return None
         if isinstance(func, cst.Attribute):
             recv = dotted_name(func.value)

@@ -17,7 +17,7 @@ from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel, call_arg
 from ddpcheck.model.names import dotted_name, is_torch_api
 
 _CHAIN_METHODS = {"cuda", "to", "float", "half", "bfloat16", "train", "eval", "cpu", "double", "requires_grad_"}
-from ddpcheck.model.vocabulary import EVAL_NAME  # noqa: E402
+from ddpcheck.model.vocabulary import EVAL_LOADER_NAME, EVAL_NAME  # noqa: E402
 
 DDP_NAMES = ("DistributedDataParallel",)
 DP_NAMES = ("DataParallel",)
@@ -81,6 +81,10 @@ def origins(model: ScriptModel, expr: cst.BaseExpression | None, scope: Function
             for value, _ctx in fn.returns:
                 yield from origins(tmodel, value, fn, depth + 1)
         return
+    if isinstance(expr, cst.Subscript):
+        # `avg_meters["val_loss"]` with `avg_meters = {"loss": AverageMeter(), "val_loss": AverageMeter()}`
+        yield from _entry_origins(model, expr, scope, depth)
+        return
     key = dotted_name(expr)
     if key is None:
         return
@@ -89,6 +93,23 @@ def origins(model: ScriptModel, expr: cst.BaseExpression | None, scope: Function
             yield from origins(model, a.value, a.ctx.function, depth + 1)
         elif a.unpacked is not None:
             yield from _unpacked_origins(model, *a.unpacked, a.ctx.function, depth + 1)
+
+
+def _entry_origins(model: ScriptModel, expr: cst.Subscript, scope: FunctionInfo | None,
+                   depth: int) -> Iterator[tuple[ScriptModel, CallSite]]:
+    container = dotted_name(expr.value)
+    if container is None or len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+        return
+    wanted = expr.slice[0].slice.value
+    if not isinstance(wanted, cst.SimpleString):
+        return
+    for a in model.assignments(container, scope):
+        if a.augmented is not None or not isinstance(a.value, cst.Dict):
+            continue
+        for element in a.value.elements:
+            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
+                    and element.key.evaluated_value == wanted.evaluated_value:
+                yield from origins(model, element.value, a.ctx.function, depth + 1)
 
 
 def _unpacked_origins(model: ScriptModel, value: cst.BaseExpression, index: int,
@@ -165,6 +186,10 @@ class SamplerInfo:
         return value if isinstance(value, bool) else None
 
 
+def looks_like_eval_name(name: str) -> bool:
+    return bool(EVAL_NAME.search(name) or EVAL_LOADER_NAME.search(name))
+
+
 @dataclass(frozen=True)
 class LoaderInfo:
     model: ScriptModel
@@ -192,8 +217,10 @@ class LoaderInfo:
         return self.batch_sampler_sizes[0]
 
     def looks_like_eval(self) -> bool:
+        """Named like evaluation data: `val_loader`, `sampler_val`, and the
+        tutorial spellings `valloader` / `testloader`."""
         names = [self.key or ""] + [s.key or "" for s in self.samplers]
-        return any(EVAL_NAME.search(n) for n in names if n)
+        return any(looks_like_eval_name(n) for n in names if n)
 
 
 def distributed_samplers(model: ScriptModel, expr, scope) -> list[SamplerInfo]:

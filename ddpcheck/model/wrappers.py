@@ -147,7 +147,20 @@ def wrapper_in(model: ScriptModel, expr: cst.BaseExpression, ctx: Ctx) -> tuple[
     held = wrapper_held(model, key, ctx)
     if held is not None:
         return held, None
-    return None
+    return _through_alias(model, key, ctx)
+
+
+def _through_alias(model: ScriptModel, key: str, ctx: Ctx, depth: int = 0) -> tuple[WrapInfo, CallSite | None] | None:
+    """`model_ = model` then `model_.state_dict()`: the alias holds what the
+    name it copies held there (every reaching assignment must be such a copy)."""
+    if depth > 3 or key.startswith("self."):
+        return None
+    reaching = reaching_assignments(
+        [a for a in model.assignments(key, ctx.function) if a.augmented is None], ctx)
+    if not reaching or not all(isinstance(a.value, (cst.Name, cst.Attribute)) for a in reaching):
+        return None
+    found = [wrapper_in(model, a.value, a.ctx) for a in reaching]
+    return found[0] if found[0] is not None and all(f is not None for f in found) else None
 
 
 # -- renaming the keys -------------------------------------------------------------

@@ -91,10 +91,10 @@ def _loader_info(atom: Made) -> LoaderInfo | None:
 def _eval_name(model: ScriptModel, p: Pass, atom: Made) -> bool:
     """The loop iterates something named like an evaluation loader (`val_loader`
     handed to `evaluate(model, loader)`)."""
-    from ddpcheck.model.values import EVAL_NAME
+    from ddpcheck.model.values import looks_like_eval_name
 
     name = _held_as(model, p, atom)
-    return bool(name and EVAL_NAME.search(name))
+    return bool(name and looks_like_eval_name(name))
 
 
 def _held_as(model: ScriptModel, p: Pass, atom: Made) -> str | None:

@@ -141,6 +141,9 @@ class MissingDistributedSampler(Rule):
                 continue   # `if opts.dist_mode == "ddp": ... else: <here>`: the loader of the DataParallel/1-GPU arm
             if is_eval_loader(model, loader):
                 continue
+            if any(other.samplers and other.site.ctx.function is site.ctx.function
+                   and exclusive(other.site.ctx, site.ctx) for other in loaders(model)):
+                continue   # a builder's other arm shards (`if tag == "train": ... sampler=...`): which runs is the caller's
             scope = site.ctx.function
             if not other_ranks_reach(model, site.ctx) and not any(w.site.ctx.function is scope for w in ddp):
                 continue   # a function the script never runs (`inference()`), apart from the training code

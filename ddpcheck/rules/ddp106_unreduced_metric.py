@@ -22,6 +22,16 @@ from ddpcheck.rules.base import Hit, Rule, register
 _LIST_METHODS = {"append", "extend"}
 
 
+def _entry_key(expr: cst.BaseExpression) -> str | None:
+    """`avg_meters["val_loss"]` (a dict of meters): its key, read as the dict."""
+    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
+        container = dotted_name(expr.value)
+        entry = expr.slice[0].slice.value
+        if container is not None and isinstance(entry, cst.SimpleString):
+            return f"{container}[{entry.value}]"
+    return None
+
+
 def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
     """What the loop adds up: `correct += ...`, `preds.append(...)`,
     `top1.update(...)` on a meter class of the tree that never reduces."""
@@ -34,7 +44,7 @@ def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
     for c in m.calls_in(fn):
         if not c.ctx.inside(loop) or c.receiver is None:
             continue
-        key = dotted_name(c.receiver)
+        key = dotted_name(c.receiver) or _entry_key(c.receiver)
         if key is None or key in found:
             continue
         if c.attr in _LIST_METHODS:

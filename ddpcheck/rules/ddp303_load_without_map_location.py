@@ -14,6 +14,7 @@ from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.values import exclusive
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
+from ddpcheck.model.launchers import runs_in_launcher_only
 from ddpcheck.rules.autofix import map_location_edit
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -114,6 +115,8 @@ class LoadWithoutMapLocation(Rule):
         for site in loads:
             if not other_ranks_reach(model, site.ctx):
                 continue   # only rank 0 (whose GPU is cuda:0) or only a single process loads
+            if runs_in_launcher_only(model, site.ctx):
+                continue   # after `mp.spawn(...)` returns (or before it): the launching process, once
             if _mapped_in_other_arm(model, site, mapped) or not _looks_like_weights(model, site):
                 continue
             what = model.module.code_for_node(site.arg("f", 0)) if site.arg("f", 0) is not None else "..."
