@@ -11,7 +11,7 @@ from __future__ import annotations
 from ddpcheck.model.query import query
 from ddpcheck.model.script import CallSite, Ctx, ScriptModel, owner_class
 from ddpcheck.model.values import _direct_values, key_of
-from ddpcheck.model.wrappers import reaching_assignments
+from ddpcheck.model.reaching import reaching_assignments
 
 COMPILE_FUNCTIONS = ("torch.compile",)
 

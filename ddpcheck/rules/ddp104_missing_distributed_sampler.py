@@ -14,7 +14,8 @@ from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import LoaderInfo, exclusive, is_api_call, loaders, wraps, iterated_keys
 from ddpcheck.model.worlds import D0, DN
-from ddpcheck.model.wrappers import always_runs_before, opposite_arms
+from ddpcheck.model.reaching import always_runs_before
+from ddpcheck.model.wrappers import opposite_arms
 from ddpcheck.findings import Severity
 from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.rules.base import Hit, Rule, register
