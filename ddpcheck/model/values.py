@@ -269,28 +269,6 @@ def loaders(model: ScriptModel) -> list[LoaderInfo]:
 
 
 @query
-def returned_loaders(model: ScriptModel) -> list[LoaderInfo]:
-    """Loaders a script receives from a builder function (in the file or a
-    local module): `train_loader = build_loader(cfg)` or
-    `dataset_train, dataset_val, data_loader_train, data_loader_val = build_loader(config)`."""
-    result = []
-    for a in model.assigns:
-        value = a.value if a.value is not None else (a.unpacked[0] if a.unpacked else None)
-        if not isinstance(value, cst.Call) or a.augmented is not None:
-            continue
-        site = call_site(model, value)
-        if site is None or is_api_call(model, site, "DataLoader") or model.resolve_call(site) is None:
-            continue
-        for m, origin in _unpack_or_value(model, a):
-            if m is not model or origin.ctx.function is not a.ctx.function:
-                inner = next((l for l in loaders(m) if l.site is origin), None)
-                if inner is not None:
-                    result.append(LoaderInfo(m, origin, a.key, inner.samplers, inner.batch_sampler_keys,
-                                             inner.batch_sampler_sizes, holder=a.ctx.function, held=True))
-                    break
-    return result
-
-
 def held_loaders(model: ScriptModel) -> list[LoaderInfo]:
     """Loaders built elsewhere (another function of the file, a helper module)
     that a name of this file holds, followed through the value flow:
@@ -323,12 +301,6 @@ def _held_loaders(model: ScriptModel) -> tuple[LoaderInfo, ...]:
                 result.append(LoaderInfo(atom.model, atom.site, a.key, inner.samplers, inner.batch_sampler_keys,
                                          inner.batch_sampler_sizes, holder=a.ctx.function, held=True))
     return tuple(result)
-
-
-def _unpack_or_value(model: ScriptModel, a) -> Iterator[tuple[ScriptModel, CallSite]]:
-    if a.value is not None:
-        return origins(model, a.value, a.ctx.function)
-    return _unpacked_origins(model, *a.unpacked, a.ctx.function, 1)
 
 
 # -- wrapped models --------------------------------------------------------------
