@@ -101,6 +101,41 @@ def scan_text(text: str) -> ModuleScan:
     return ModuleScan(frozenset(_IDENTIFIER.findall(text)), frozenset(sources), frozenset(bound))
 
 
+def _stamped(cache: dict, key: str, compute):
+    """`compute(key)` for the file at `key`, cached until its mtime changes;
+    None for a file that cannot be stat'ed."""
+    try:
+        stamp = os.stat(key).st_mtime_ns
+    except OSError:
+        return None
+    cached = cache.get(key)
+    if cached is not None and cached[0] == stamp:
+        return cached[1]
+    value = compute(key)
+    cache[key] = (stamp, value)
+    return value
+
+
+def _scan_file(key: str) -> "ModuleScan | None":
+    """The scan of a helper module; None when it is too large to be one, or unreadable."""
+    from ddpcheck.findings import SourceError
+    from ddpcheck.parse.source import read_source
+
+    try:
+        text = read_source(key)
+    except SourceError:
+        return None
+    return None if len(text) > MAX_HELPER_BYTES else scan_text(text)
+
+
+def _function_called(model, name: str):
+    return model.function_called(name)
+
+
+def _class_named(model, name: str):
+    return model.class_named(name)
+
+
 class ProjectIndex:
     def __init__(self, settings: LintSettings) -> None:
         self.settings = settings
@@ -164,73 +199,29 @@ class ProjectIndex:
         return None
 
     def model_for(self, path: Path):
-        key = str(path)
-        try:
-            stamp = os.stat(key).st_mtime_ns
-        except OSError:
-            return None
-        cached = _CACHE.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
+        return _stamped(_CACHE, str(path), self._build)
+
+    def _build(self, key: str):
         from ddpcheck.model.builder import build_model
         from ddpcheck.parse.source import read_source
         from ddpcheck.parse.syntax import parse_checked
         from ddpcheck.findings import SourceError
 
-        model = None
         try:
             text = read_source(key)
             if len(text) > MAX_HELPER_BYTES:
                 raise SourceError("too large for a helper module")
             # Read and parsed as the linted files are (encoding cookies,
             # Python's own check first, so nothing it refuses reaches libcst).
-            module = parse_checked(text, key)
-            model = build_model(key, module, self.settings, text)
-            model.project = self
+            model = build_model(key, parse_checked(text, key), self.settings, text)
         except (SourceError, RecursionError):
-            model = None
-        _CACHE[key] = (stamp, model)
+            return None
+        model.project = self
         return model
-
-    def resolve_class(self, from_path: str, module: str, level: int, name: str, depth: int = 0):
-        """(model, name) when local module `module` defines class `name`
-        (re-exports followed), else None."""
-        if depth > 3:
-            return None
-        path = self.find_module(from_path, module, level)
-        scanned = self._scan(path) if path is not None else None
-        if scanned is None or name not in scanned.bound:
-            return None
-        model = self.model_for(path)
-        if model is None:
-            return None
-        if name in model.class_names:
-            return model, name
-        src = model.imports.sources.get(name)
-        if src and src[2] is not None:
-            return self.resolve_class(str(path), src[0], src[1], src[2], depth + 1)
-        return None
 
     # -- what a module can reach ------------------------------------------------
     def _scan(self, path: Path | str) -> ModuleScan | None:
-        key = os.path.abspath(path)
-        try:
-            stamp = os.stat(key).st_mtime_ns
-        except OSError:
-            return None
-        cached = _SCANNED.get(key)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        from ddpcheck.findings import SourceError
-        from ddpcheck.parse.source import read_source
-
-        try:
-            text = read_source(key)
-            scanned = None if len(text) > MAX_HELPER_BYTES else scan_text(text)
-        except SourceError:
-            scanned = None
-        _SCANNED[key] = (stamp, scanned)
-        return scanned
+        return _stamped(_SCANNED, os.path.abspath(path), _scan_file)
 
     def _targets(self, from_path: str, sources) -> list[Path]:
         """The local modules `sources` can land in, as resolve_function looks
@@ -303,12 +294,21 @@ class ProjectIndex:
         return tuple(sorted(seen))
 
     # -- resolving names ----------------------------------------------------------
-    def resolve_function(self, from_path: str, module: str, level: int, name: str, depth: int = 0,
-                         needs: Need = ()):
-        """(model, FunctionInfo) for `name` in local module `module`, following
-        re-exports (`from .dist import is_main_process` in a package __init__).
+    def resolve_function(self, from_path: str, module: str, level: int, name: str, needs: Need = ()):
+        """(model, FunctionInfo) for what `name(...)` runs when `name` comes
+        from local module `module`: its function, or its class's `__init__`.
         With `needs`: None unless that module or one it imports matches it
         (the asker looks for nothing else)."""
+        return self._resolve_name(from_path, module, level, name, _function_called, needs)
+
+    def resolve_class(self, from_path: str, module: str, level: int, name: str):
+        """(model, name) when local module `module` defines class `name`."""
+        return self._resolve_name(from_path, module, level, name, _class_named)
+
+    def _resolve_name(self, from_path: str, module: str, level: int, name: str, find, needs: Need = (),
+                      depth: int = 0):
+        """(model, find(model, name)) in the local module `module`, following
+        re-exports (`from .dist import is_main_process` in a package __init__)."""
         if depth > 3:
             return None
         path = self.find_module(from_path, module, level)
@@ -323,13 +323,10 @@ class ProjectIndex:
         model = self.model_for(path)
         if model is None:
             return None
-        local = [f for f in model.functions_named(name) if f.class_name is None]
-        if local:
-            return model, local[-1]
-        init = model.constructor(name)
-        if init is not None:
-            return model, init
+        found = find(model, name)
+        if found is not None:
+            return model, found
         src = model.imports.sources.get(name)
         if src and src[2] is not None:
-            return self.resolve_function(str(path), src[0], src[1], src[2], depth + 1, needs)
+            return self._resolve_name(str(path), src[0], src[1], src[2], find, needs, depth + 1)
         return None

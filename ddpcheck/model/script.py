@@ -361,12 +361,9 @@ class ScriptModel:
         func = call.node.func
         if isinstance(func, cst.Name):
             name = func.value
-            local = [f for f in self.functions_named(name) if f.class_name is None]
-            if local:
-                return self, local[-1]
-            init = self.constructor(name)
-            if init is not None:
-                return self, init
+            here = self.function_called(name)
+            if here is not None:
+                return self, here
             src = self.imports.sources.get(name)
             if src and self.project is not None and src[2] is not None:
                 return self.project.resolve_function(self.path, src[0], src[1], src[2], needs=needs)
@@ -443,6 +440,15 @@ class ScriptModel:
             return None
         found = {tmodel._class_of_value(value, fn, depth + 1) for value, _ctx in fn.returns}
         return found.pop() if len(found) == 1 else None
+
+    def function_called(self, name: str) -> FunctionInfo | None:
+        """What a bare call `name(...)` runs when this file defines `name`: its
+        module-level function, or the `__init__` of its class."""
+        local = [f for f in self.functions_named(name) if f.class_name is None]
+        return local[-1] if local else self.constructor(name)
+
+    def class_named(self, name: str) -> str | None:
+        return name if name in self.class_names else None
 
     def constructor(self, class_name: str) -> FunctionInfo | None:
         """`__init__` of a class defined in this file: what `Logger(...)`
