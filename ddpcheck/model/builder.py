@@ -390,26 +390,12 @@ class ScriptBuilder:
         return iter(children) if children else None
 
     def _generic(self, node: cst.CSTNode, fields: tuple[str, ...], leave):
-        for field in fields:
-            value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
-                yield value
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    if isinstance(item, cst.CSTNode):
-                        yield item
+        yield from _nodes_in(node, fields)
         if leave is not None:
             leave(node)
 
     def _children(self, node: cst.CSTNode):
-        for field in _child_fields(type(node)):
-            value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
-                yield value
-            elif isinstance(value, (list, tuple)):
-                for item in value:
-                    if isinstance(item, cst.CSTNode):
-                        yield item
+        return _nodes_in(node, _child_fields(type(node)))
 
     def _walk_block(self, node):
         self.block_exits.append(0)
@@ -636,6 +622,18 @@ _SPECIAL = {
     cst.Comparison: ScriptBuilder._walk_comparison,
     cst.Del: ScriptBuilder._walk_del,
 }
+
+
+def _nodes_in(node: cst.CSTNode, fields: tuple[str, ...]):
+    """The child nodes held in `fields` of `node`, in order."""
+    for field in fields:
+        value = getattr(node, field)
+        if isinstance(value, cst.CSTNode):
+            yield value
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                if isinstance(item, cst.CSTNode):
+                    yield item
 
 
 def build_model(path: str, module: cst.Module, settings: LintSettings, text: str | None = None) -> ScriptModel:
