@@ -196,4 +196,18 @@ def unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork, dept
     return None
 
 
-__all__ = ["every_rank_at_once", "unordered_work", "ordered_here", "reached_at_once", "waits_for_rank_zero", "RANK_ZERO_FIRST"]
+def helper_work_at_once(model: ScriptModel, site: CallSite, is_work: SameWork) -> tuple[ScriptModel, CallSite] | None:
+    """A call of this file that lands in a helper module whose function does
+    the work unordered, while every rank runs the call at once: (the helper's
+    model, the call doing the work there). Same-file helpers are reported at
+    their own work."""
+    target = model.resolve_call(site)
+    if target is None or target[0] is model:
+        return None
+    inner = unordered_work(target[0], target[1], is_work)
+    if inner is None or not every_rank_at_once(model, site, is_work):
+        return None
+    return target[0], inner
+
+
+__all__ = ["every_rank_at_once", "unordered_work", "helper_work_at_once", "ordered_here", "reached_at_once", "waits_for_rank_zero", "RANK_ZERO_FIRST"]

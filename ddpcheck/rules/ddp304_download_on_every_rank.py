@@ -7,7 +7,7 @@ from typing import Iterator
 from ddpcheck.findings import Severity
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.downloads import download_call, same_download
-from ddpcheck.model.rankfirst import every_rank_at_once, unordered_work
+from ddpcheck.model.rankfirst import every_rank_at_once, helper_work_at_once
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.rules.base import Hit, Rule, register
 
@@ -44,11 +44,9 @@ class DownloadOnEveryRank(Rule):
                     call = f"`{site.func}(...)`" if site.func else "this download"
                     yield Hit(site.node, message=f"{call} downloads on every rank: {_WHY[what]}")
                 continue
-            target = model.resolve_call(site)
-            if target is None or target[0] is model:
-                continue   # same-file helpers are reported at their own download
-            inner = unordered_work(target[0], target[1], same_download)
-            if inner is not None and every_rank_at_once(model, site, same_download):
+            found = helper_work_at_once(model, site, same_download)
+            if found is not None:
+                helper, inner = found
                 yield Hit(site.node, message=(
-                    f"`{site.func}(...)` ({target[0].file_name}) downloads with `{inner.func}(...)` without ordering "
-                    f"the ranks, and this call runs on every rank: {_WHY[download_call(target[0], inner) or 'data set']}"))
+                    f"`{site.func}(...)` ({helper.file_name}) downloads with `{inner.func}(...)` without ordering "
+                    f"the ranks, and this call runs on every rank: {_WHY[download_call(helper, inner) or 'data set']}"))

@@ -7,7 +7,7 @@ from typing import Iterator
 from ddpcheck.findings import Severity
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.makedirs import folder_creation, racy_folder_creation
-from ddpcheck.model.rankfirst import every_rank_at_once, unordered_work
+from ddpcheck.model.rankfirst import every_rank_at_once, helper_work_at_once
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.rules.autofix import exist_ok_edit
 from ddpcheck.rules.base import Hit, Rule, register
@@ -43,11 +43,9 @@ class MakedirsRace(Rule):
                         f"{call} runs on every rank without `exist_ok=True`: {_CHECKED if found.checked else _BARE}"),
                         edit=exist_ok_edit(site, found.checked))
                 continue
-            target = model.resolve_call(site)
-            if target is None or target[0] is model:
-                continue   # same-file helpers are reported at their own mkdir
-            inner = unordered_work(target[0], target[1], racy_folder_creation)
-            if inner is not None and every_rank_at_once(model, site, racy_folder_creation):
+            found = helper_work_at_once(model, site, racy_folder_creation)
+            if found is not None:
+                helper, inner = found
                 yield Hit(site.node, message=(
-                    f"`{site.func}(...)` ({target[0].file_name}) creates a folder with `{inner.func}(...)` without "
+                    f"`{site.func}(...)` ({helper.file_name}) creates a folder with `{inner.func}(...)` without "
                     f"`exist_ok=True` and without a rank guard, and this call runs on every rank: {_CHECKED}"))
