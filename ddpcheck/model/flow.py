@@ -422,13 +422,19 @@ def _call_value(model: ScriptModel, expr: cst.Call, scope: FunctionInfo | None) 
     if isinstance(func, cst.Attribute) and func.attr.value in CHAIN_METHODS:
         return value_of(model, func.value, scope)
     target = model.resolve_call(site)
-    if target is None or is_generator(target[1]):
-        return Value(frozenset({Made(model, site)}))
+    if target is None or is_generator(target[1]) or constructs(site, target[1]):
+        return Value(frozenset({Made(model, site)}))   # `Trainer(...)` runs __init__ but holds the new object
     tmodel, fn = target
     if not fn.returns:
         return opaque(f"{fn.name}() returns nothing")
     inner = union(value_of(tmodel, ret, fn) for ret, _ctx in fn.returns)
     return bind(model, site, inner)
+
+
+def constructs(site: CallSite, fn: FunctionInfo) -> bool:
+    """The call builds an object of `fn`'s class (`Logger(...)` resolved to
+    `Logger.__init__`), not a direct `super().__init__(...)`."""
+    return fn.name == "__init__" and fn.class_name is not None and site.attr != "__init__"
 
 
 def is_generator(fn: FunctionInfo) -> bool:

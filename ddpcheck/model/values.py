@@ -83,7 +83,7 @@ def origins(model: ScriptModel, expr: cst.BaseExpression | None, scope: Function
         return
     if isinstance(expr, cst.Subscript):
         # `avg_meters["val_loss"]` with `avg_meters = {"loss": AverageMeter(), "val_loss": AverageMeter()}`
-        yield from _entry_origins(model, expr, scope, depth)
+        yield from _entry_origins(model, expr, scope)
         return
     key = dotted_name(expr)
     if key is None:
@@ -95,21 +95,14 @@ def origins(model: ScriptModel, expr: cst.BaseExpression | None, scope: Function
             yield from _unpacked_origins(model, *a.unpacked, a.ctx.function, depth + 1)
 
 
-def _entry_origins(model: ScriptModel, expr: cst.Subscript, scope: FunctionInfo | None,
-                   depth: int) -> Iterator[tuple[ScriptModel, CallSite]]:
-    container = dotted_name(expr.value)
-    if container is None or len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
-        return
-    wanted = expr.slice[0].slice.value
-    if not isinstance(wanted, cst.SimpleString):
-        return
-    for a in model.assignments(container, scope):
-        if a.augmented is not None or not isinstance(a.value, cst.Dict):
-            continue
-        for element in a.value.elements:
-            if isinstance(element, cst.DictElement) and isinstance(element.key, cst.SimpleString) \
-                    and element.key.evaluated_value == wanted.evaluated_value:
-                yield from origins(model, element.value, a.ctx.function, depth + 1)
+def _entry_origins(model: ScriptModel, expr: cst.Subscript, scope: FunctionInfo | None) -> Iterator[tuple[ScriptModel, CallSite]]:
+    """What the value flow says the entry holds (flow.entry_of: dict literals,
+    `dict(...)`, a builder's returned dict), as the calls that made it."""
+    from ddpcheck.model.flow import Made, value_of
+
+    for atom in value_of(model, expr, scope).atoms:
+        if isinstance(atom, Made):
+            yield atom.model, atom.site
 
 
 def _unpacked_origins(model: ScriptModel, value: cst.BaseExpression, index: int,

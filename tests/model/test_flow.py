@@ -270,3 +270,20 @@ def test_iter_remade_and_drained_with_next_is_a_pass_but_a_peek_is_not():
     found = [p for _, p in every_pass(m) if p.epoch is not None]
     assert len(found) == 1 and found[0].iter_call is not None
     assert found[0].consumed.made_by("DataLoader")[0].site.node.args[0].value.value == "ds"
+
+
+def test_a_constructor_call_holds_the_new_object_though_it_runs_init():
+    # resolve_call lands `Meter()` in `Meter.__init__` (which returns nothing);
+    # the value is still the object made there, also through a dict entry
+    m = build("""
+        class Meter:
+            def __init__(self):
+                self.sum = 0
+        def evaluate():
+            meters = {"loss": Meter()}
+            marker(meters["loss"])
+            marker2(Meter())
+    """)
+    for fn_name in ("marker", "marker2"):
+        expr, scope = read(m, fn_name)
+        assert made_names(value_of(m, expr, scope)) == {"Meter"}
