@@ -1,5 +1,6 @@
 """Rule reference pages: rules/<CODE>.md in the repository, shipped in the
-wheel as the package data of `ddpcheck.pages`.
+wheel as the package data folder ddpcheck/rule_pages (in a checkout, a symlink
+to rules/, so editable installs and wheels read them the same way).
 
 A page has the sections `## What it does`, `## Why it bites in DDP`,
 `## Example`, `## Use instead` and `## References` (optionally
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import importlib.resources
 import re
-from pathlib import Path
 
 REQUIRED_SECTIONS = ("What it does", "Why it bites in DDP", "Example", "Use instead", "References")
 _HEADING = re.compile(r"^##\s+(?P<title>.+?)\s*#*\s*$", re.MULTILINE)
@@ -31,28 +31,12 @@ class PageNotFound(Exception):
     pass
 
 
-def _repo_rules_dir() -> Path:
-    # Editable installs: setuptools cannot map `ddpcheck.pages` onto rules/
-    # (a folder with no __init__.py), so read the checkout's folder directly.
-    return Path(__file__).resolve().parent.parent / "rules"
-
-
 def load_page(code: str) -> str:
-    name = f"{code.upper()}.md"
-    # In a wheel the pages are the data folder ddpcheck/pages/. It is reached
-    # through the `ddpcheck` package, not imported as `ddpcheck.pages`: this
-    # module has that name, and a module wins over a folder without
-    # __init__.py when Python imports.
+    resource = importlib.resources.files("ddpcheck").joinpath("rule_pages", f"{code.upper()}.md")
     try:
-        resource = importlib.resources.files("ddpcheck").joinpath("pages", name)
-        if resource.is_file():
-            return resource.read_text(encoding="utf-8")
-    except (FileNotFoundError, NotADirectoryError):
-        pass
-    fallback = _repo_rules_dir() / name
-    if fallback.is_file():
-        return fallback.read_text(encoding="utf-8")
-    raise PageNotFound(code)
+        return resource.read_text(encoding="utf-8")
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        raise PageNotFound(code) from None
 
 
 def page_sections(text: str) -> dict[str, str]:
