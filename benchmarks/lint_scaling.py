@@ -24,7 +24,7 @@ import time
 import libcst as cst
 
 from ddpcheck.lint.analyze import analyze
-from ddpcheck.model.builder import build_model
+from ddpcheck.model.project import Project
 from ddpcheck.rules import REGISTRY
 from ddpcheck.settings import LintSettings
 
@@ -130,7 +130,7 @@ def main() -> None:
         lines = text.count("\n")
         module = cst.parse_module(text)
         parse_s = best_of(args.repeat, lambda: cst.parse_module(text))
-        build_s = best_of(args.repeat, lambda: build_model("scale.py", module, settings))
+        build_s = best_of(args.repeat, lambda: Project(settings).build("scale.py", module))
         findings: list = []
         analyze_s = best_of(args.repeat, lambda: findings.__setitem__(slice(None), analyze(text, "scale.py", settings).findings))
         # analyze() parses too: what it adds over the parse is the analysis

@@ -41,7 +41,7 @@ def _fake_rule(code: str, name: str, severity: Severity) -> type[Rule]:
     })
 
 
-def fake_analyze(text: str, path: str, settings) -> Analysis:
+def fake_analyze(text: str, path: str, settings, project=None) -> Analysis:
     # The engine has already run Python's syntax check on `text`.
     if "CRASH_THE_RULE" in text:
         raise RuntimeError("boom")

@@ -40,10 +40,10 @@ def counted(monkeypatch, tmp_path_factory):
     log = AnalysisLog(tmp_path_factory.mktemp("analysed") / "log")
     real = analysis.analyze
 
-    def counting(text, path, settings):
+    def counting(text, path, settings, project=None):
         with open(log.path, "a") as handle:
             handle.write(os.path.basename(path) + "\n")
-        return real(text, path, settings)
+        return real(text, path, settings, project)
 
     monkeypatch.setattr(analysis, "analyze", counting)
     return log
@@ -139,7 +139,7 @@ def test_default_folder_is_the_project_root_and_cache_dir_moves_it(tmp_path, mon
 
 
 def test_internal_errors_are_not_cached(project, monkeypatch):
-    def crash(text, path, settings):
+    def crash(text, path, settings, project=None):
         raise RuntimeError("boom")
 
     monkeypatch.setattr(analysis, "analyze", crash)

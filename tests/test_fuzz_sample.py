@@ -38,10 +38,10 @@ def test_a_failure_is_caught(tmp_path, monkeypatch):
 
     real = analyze_module.analyze
 
-    def flaky(text, path, settings):
+    def flaky(text, path, settings, project=None):
         if path.endswith("mutant00001.py"):
             raise RuntimeError("planted bug")
-        return real(text, path, settings)
+        return real(text, path, settings, project)
 
     monkeypatch.setattr(analyze_module, "analyze", flaky)
     inputs = [(f"mutant{n:05d}.py", fuzz.PRELUDE + fuzz.EPILOGUE, {}) for n in range(3)]

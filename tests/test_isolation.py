@@ -51,7 +51,7 @@ def sigsegv_on_marker(monkeypatch):
     import ddpcheck.lint.analyze as analyze_module
     from tests.conftest import fake_analyze
 
-    def analyze(text, path, settings):
+    def analyze(text, path, settings, project=None):
         if "SEGFAULT_HERE" in text:
             faulthandler._sigsegv()
         if "HANG_HERE" in text:
@@ -93,12 +93,12 @@ def test_real_libcst_segfault_in_a_worker(tmp_path, monkeypatch):
         write(tmp_path / f"train{i}.py", MISSING_SET_EPOCH)
     original = runner.lint_one
 
-    def lint_one(task):
+    def lint_one(task, projects=None):
         if not task.path.endswith("huge.py"):
-            return original(task)
+            return original(task, projects)
         out = []
         threading.stack_size(256 * 1024)
-        thread = threading.Thread(target=lambda: out.append(original(task)))
+        thread = threading.Thread(target=lambda: out.append(original(task, projects)))
         thread.start()
         thread.join()
         return out[0]

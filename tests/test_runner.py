@@ -12,7 +12,7 @@ from ddpcheck.lint.runner import IN_PROCESS_MAX_FILES, chunks_biggest_first, lin
 from tests.conftest import PREAMBLE, write
 
 
-def pid_analyze(text, path, settings):
+def pid_analyze(text, path, settings, project=None):
     """Reports which process analysed the file."""
     return run.Analysis((Finding(path, 1, 1, "DDP901", "pid", Severity.INFO, str(os.getpid()), ""),))
 

@@ -8,7 +8,7 @@ import dataclasses
 import libcst as cst
 import pytest
 
-from ddpcheck.model.builder import build_model
+from ddpcheck.model.project import Project
 from ddpcheck.model.worlds import DN
 from ddpcheck.settings import LintSettings
 
@@ -16,7 +16,7 @@ CODE = "import torch\nif on_chief(cfg):\n    torch.save(state, 'ckpt.pt')\n"
 
 
 def _save_reached_by_other_ranks(settings: LintSettings) -> bool:
-    model = build_model("t.py", cst.parse_module(CODE), settings)
+    model = Project(settings).build("t.py", cst.parse_module(CODE))
     save = next(c for c in model.calls if c.func == "torch.save")
     return DN in model.worlds(save.ctx)
 

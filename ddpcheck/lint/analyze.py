@@ -8,9 +8,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.model.builder import build_model
 from ddpcheck.model.positions import positions_of
-from ddpcheck.model.project import ProjectIndex
+from ddpcheck.model.project import Project
 from ddpcheck.findings import Applicability, Finding
 from ddpcheck.parse.syntax import parse
 from ddpcheck.settings import LintSettings
@@ -35,6 +34,7 @@ class Analysis:
 
     findings: tuple[Finding, ...] = ()
     crashed: tuple[RuleCrash, ...] = ()
+    helpers: tuple[str, ...] = ()   # the local modules the analysis read (absolute paths)
 
 
 @dataclass(frozen=True)
@@ -50,16 +50,25 @@ class RuleRun:
     module: cst.Module
     located: tuple[LocatedHit, ...]
     crashed: tuple[RuleCrash, ...]
+    helpers: tuple[str, ...] = ()
 
 
-def rule_hits(text: str, path: str, settings: LintSettings) -> RuleRun:
+def project_for(settings: LintSettings) -> Project:
+    """A project for one lint run with `settings` (which rules run does not
+    change what the engine knows, so one project serves every file of a run)."""
+    return Project(settings)
+
+
+def rule_hits(text: str, path: str, settings: LintSettings, project: Project | None = None) -> RuleRun:
     """Run the enabled rules on `text`, keeping each hit beside its finding.
-    Raises SourceError when libcst cannot read it."""
+    `project`: the run's project (a fresh one when not given). Raises
+    SourceError when libcst cannot read it."""
     from ddpcheck.rules import REGISTRY  # imports every rule module
 
     module = parse(text)
-    model = build_model(path, module, settings, text)
-    model.project = ProjectIndex(settings)
+    if project is None:
+        project = project_for(settings)
+    model = project.build(path, module, text)
     hits = []
     crashed = []
     for code in sorted(settings.enabled):
@@ -74,16 +83,17 @@ def rule_hits(text: str, path: str, settings: LintSettings) -> RuleRun:
         except Exception as exc:  # a bug in one rule must not hide the others' findings
             crashed.append(RuleCrash(code, f"{type(exc).__name__}: {exc}"))
     located = _locate(module, path, hits) if hits else []
-    return RuleRun(module=module, located=tuple(located), crashed=tuple(crashed))
+    return RuleRun(module=module, located=tuple(located), crashed=tuple(crashed),
+                   helpers=project.helpers_read(path))
 
 
-def analyze(text: str, path: str, settings: LintSettings) -> Analysis:
+def analyze(text: str, path: str, settings: LintSettings, project: Project | None = None) -> Analysis:
     """Run the enabled rules on `text`, which Python's parser has accepted
     (the engine checks first). Raises SourceError when libcst cannot read it."""
-    run = rule_hits(text, path, settings)
+    run = rule_hits(text, path, settings, project)
     findings = sorted({(x.finding.line, x.finding.code, x.finding.message): x.finding
                        for x in run.located}.values())
-    return Analysis(tuple(findings), run.crashed)
+    return Analysis(tuple(findings), run.crashed, run.helpers)
 
 
 def _locate(module: cst.Module, path: str, hits: list) -> list[LocatedHit]:

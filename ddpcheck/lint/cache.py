@@ -6,7 +6,7 @@ ddpcheck's version and its own code (a fingerprint of its modules' sizes and
 modification times, so an edited checkout never reads stale results), the
 settings that matter (enabled rules, main-process guards, the project root),
 and is valid only while the file's content and the content of every local
-helper module its analysis read (the ProjectIndex's import edges) are
+helper module its analysis read (the run's import edges, model/project.py) are
 unchanged. Results with an internal error are never stored. The folder holds
 a CACHEDIR.TAG and a `.gitignore` of `*`, so backups and git skip it."""
 

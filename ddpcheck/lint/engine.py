@@ -7,11 +7,15 @@ pre-commit hook."""
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from ddpcheck.findings import ErrorKind, FileError, FileResult, Finding, SourceError
 from ddpcheck.parse.source import read_source
 from ddpcheck.parse.syntax import check_syntax
 from ddpcheck.settings import LintSettings
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ddpcheck.model.project import Project
 
 
 # A file can only contain a DDP pitfall if it touches distributed training. The
@@ -62,20 +66,43 @@ def might_have_findings(text: str) -> bool:
             and RANK_TEST.search(text) is not None and COLLECTIVE.search(text) is not None)
 
 
-def lint_path(path: str, settings: LintSettings, named: bool = False) -> FileResult:
+class Projects:
+    """The projects (model/project.py) of one process's share of a lint run:
+    one per group of settings that changes what the engine knows (the root,
+    the main-process guards), made when a file first needs analysing and kept
+    for every file that process lints, so a helper module is parsed once per
+    worker, not once per file."""
+
+    def __init__(self) -> None:
+        self._by_key: dict[tuple, "Project"] = {}
+
+    def for_settings(self, settings: LintSettings) -> "Project":
+        from ddpcheck.lint.analyze import project_for   # libcst: only once a file needs analysing
+
+        key = (settings.root, settings.main_process_guards)
+        project = self._by_key.get(key)
+        if project is None:
+            project = self._by_key[key] = project_for(settings)
+        return project
+
+
+def lint_path(path: str, settings: LintSettings, named: bool = False, projects: Projects | None = None) -> FileResult:
     """Lint one file; never raises for problems with the input.
 
     `named`: the file was named on the command line (pre-commit passes
     files by name), so a syntax error in it is reported even when the
-    prefilter would skip it."""
+    prefilter would skip it. `projects`: the projects of the lint run the
+    file is part of (the runner keeps them per worker); a run of its own when
+    not given."""
     try:
         text = read_source(path)
     except SourceError as exc:
         return FileResult(path=path, error=exc.error)
-    return lint_text(text, path, settings, named)
+    return lint_text(text, path, settings, named, projects)
 
 
-def lint_text(text: str, path: str, settings: LintSettings, named: bool = False) -> FileResult:
+def lint_text(text: str, path: str, settings: LintSettings, named: bool = False,
+              projects: Projects | None = None) -> FileResult:
     """All findings for one source text (a file, or stdin under
     --stdin-filename), sorted, `# noqa` applied; the problem with the text,
     if any, as a typed error."""
@@ -88,7 +115,8 @@ def lint_text(text: str, path: str, settings: LintSettings, named: bool = False)
             return _noqa_only(text, path, settings)
         from ddpcheck.lint.analyze import analyze  # libcst import deferred: pre-filtered files never pay it
 
-        analysis = analyze(text, path, settings)
+        project = projects.for_settings(settings) if projects is not None else None
+        analysis = analyze(text, path, settings, project)
     except SourceError as exc:
         return FileResult(path=path, error=exc.error)
     from ddpcheck.lint.noqa import apply_noqa
@@ -98,7 +126,7 @@ def lint_text(text: str, path: str, settings: LintSettings, named: bool = False)
     if analysis.crashed:
         crashed = ", ".join(str(c) for c in analysis.crashed)
         error = FileError(ErrorKind.INTERNAL, f"internal error in {crashed}; please report this")
-    return FileResult(path=path, findings=findings, error=error, helpers=_helpers_read(path))
+    return FileResult(path=path, findings=findings, error=error, helpers=analysis.helpers)
 
 
 def _noqa_only(text: str, path: str, settings: LintSettings) -> FileResult:
@@ -109,16 +137,6 @@ def _noqa_only(text: str, path: str, settings: LintSettings) -> FileResult:
     from ddpcheck.lint.noqa import apply_noqa
 
     return FileResult(path=path, findings=tuple(apply_noqa([], text, settings.enabled, path)))
-
-
-def _helpers_read(path: str) -> tuple[str, ...]:
-    import sys
-
-    if "ddpcheck.model.project" not in sys.modules:
-        return ()   # nothing was analysed in this process: no helper was read
-    from ddpcheck.model.project import ProjectIndex
-
-    return ProjectIndex.helpers_read(path)
 
 
 def lint_source(text: str, path: str, settings: LintSettings) -> list[Finding]:

@@ -29,7 +29,7 @@ from multiprocessing.connection import wait
 from typing import NamedTuple, Sequence
 
 from ddpcheck.settings import LintSettings
-from ddpcheck.lint.engine import lint_path
+from ddpcheck.lint.engine import Projects, lint_path
 from ddpcheck.findings import ErrorKind, FileError, FileResult
 
 # Up to this many files one worker lints them all: starting more costs more
@@ -58,11 +58,11 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def lint_one(task: LintTask) -> FileResult:
+def lint_one(task: LintTask, projects: Projects | None = None) -> FileResult:
     """Lint one file; a Python-level crash inside ddpcheck becomes that file's
     error, not the end of the whole run."""
     try:
-        return lint_path(task.path, task.settings, task.named)
+        return lint_path(task.path, task.settings, task.named, projects)
     except RecursionError:
         return FileResult(path=task.path, error=FileError(
             ErrorKind.TOO_COMPLEX, "nested too deeply for ddpcheck to analyse"))
@@ -115,6 +115,7 @@ def _worker_main(conn) -> None:
     faulthandler.disable()
     gc.disable()
     gc.freeze()   # what the worker inherited from the supervisor is never garbage here
+    projects = Projects()
     while True:
         try:
             batch = conn.recv()
@@ -123,7 +124,7 @@ def _worker_main(conn) -> None:
         if batch is None:
             return
         for task in batch:
-            conn.send(lint_one(task))
+            conn.send(lint_one(task, projects))
             _collect_between_files()
 
 
@@ -335,5 +336,9 @@ def lint_files(tasks: Sequence[LintTask | tuple], jobs: int, time_limit: float =
             supervisor = _Supervisor(ctx, batches, workers, time_limit)
         except OSError:
             supervisor = None  # no process can be started here (a sandbox); nothing was linted yet
-    results = supervisor.run() if supervisor is not None else [lint_one(t) for t in tasks]
+    if supervisor is not None:
+        results = supervisor.run()
+    else:
+        projects = Projects()
+        results = [lint_one(t, projects) for t in tasks]
     return sorted(results, key=lambda r: r.path)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.reads import Division, last_parts, reads, reads_name
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.script import ScriptModel

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import TYPE_CHECKING
 
 import libcst as cst
 
@@ -22,8 +23,10 @@ from ddpcheck.model.script import (
     Assign, Branch, CallSite, Ctx, Exit, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
 )
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
-from ddpcheck.settings import LintSettings
 from ddpcheck.model.reads import Division, chain_names, env_name, subscript_name
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ddpcheck.model.project import Project
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
 ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
@@ -636,7 +639,9 @@ def _nodes_in(node: cst.CSTNode, fields: tuple[str, ...]):
                     yield item
 
 
-def build_model(path: str, module: cst.Module, settings: LintSettings, text: str | None = None) -> ScriptModel:
-    model = ScriptModel(path, module, settings, text)
+def build_model(path: str, module: cst.Module, project: "Project", text: str | None = None) -> ScriptModel:
+    """The model of one file, part of `project` (the run it is analysed in:
+    model/project.py), which answers its questions about other files."""
+    model = ScriptModel(path, module, project, text)
     ScriptBuilder(model).walk(module)
     return model

@@ -26,7 +26,7 @@ import libcst as cst
 
 from ddpcheck.model.guards import function_worlds
 from ddpcheck.model.evaluation import no_grad
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.names import dotted_name

@@ -8,7 +8,7 @@ from anything else at the line (`model = model._orig_mod`) does not hold it."""
 
 from __future__ import annotations
 
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, Ctx, ScriptModel, owner_class
 from ddpcheck.model.values import _direct_values, key_of
 from ddpcheck.model.reaching import reaching_assignments

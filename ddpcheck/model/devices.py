@@ -20,7 +20,7 @@ import libcst as cst
 from ddpcheck.model.arguments import options
 from ddpcheck.model.distributed import init_calls, is_init_call
 from ddpcheck.model.guards import is_rank_expr
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.values import is_ddp_wrap, is_dp_wrap
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 from ddpcheck.model.names import dotted_name, string_value

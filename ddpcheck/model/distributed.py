@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import FunctionInfo, ScriptModel
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
 

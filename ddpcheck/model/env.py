@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.names import string_value
 

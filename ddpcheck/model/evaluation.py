@@ -15,7 +15,7 @@ import libcst as cst
 
 from ddpcheck.model.epochs import arg_index, param_for, param_loops
 from ddpcheck.model.flow import assignments_anywhere, loops_in
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel
 from ddpcheck.model.values import LoaderInfo, iterated_keys

@@ -77,7 +77,7 @@ from typing import Iterable, Iterator
 import libcst as cst
 
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, Loop, ScriptModel
 
 

@@ -18,7 +18,7 @@ import libcst as cst
 from ddpcheck.model.flow import arguments_for, assignments_anywhere, is_param, namespace_key
 from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, string_value
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.worlds import (
     ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.model.names import dotted_name, string_value
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 
 _SPAWNERS = {"spawn", "start_processes", "Process"}

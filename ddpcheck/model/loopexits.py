@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from ddpcheck.model.collectives import Event, function_events
 from ddpcheck.model.guards import function_worlds
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import Exit, Loop, ScriptModel
 from ddpcheck.model.worlds import ALL, DISTRIBUTED, only_some_ranks
 

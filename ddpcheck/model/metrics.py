@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 

@@ -18,7 +18,7 @@ from typing import Iterable, Iterator
 import libcst as cst
 from libcst._nodes.internal import CodegenState
 
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import ScriptModel
 
 # libcst's code generation recurses a few frames per nesting level of the

@@ -1,32 +1,36 @@
-"""Local helper modules a script imports (`from utils import save_on_master`).
+"""One lint run's view of the project: the local helper modules a script
+imports (`from utils import save_on_master`), found the way Python finds
+them, parsed once, and the memo every question of the run is answered
+through.
 
-When the helper is in the tree being linted, rules use what it really does
+When a helper is in the tree being linted, rules use what it really does
 (starts the process group, guards by rank, saves) instead of guessing from its
-name. Each module is parsed once per process and cached."""
+name. A `Project` is made per lint run (a worker of the runner keeps one for
+all the files it lints with the same settings): every cache lives on it, so
+two runs in one process, with different roots or settings, never see each
+other's answers."""
 
 from __future__ import annotations
 
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 
+import libcst as cst
 
+from ddpcheck.findings import SourceError
+from ddpcheck.model.builder import build_model
+from ddpcheck.model.memo import Memo
+from ddpcheck.model.scan import ModuleScan, Need, names_match, scan_text
+from ddpcheck.model.script import ScriptModel
+from ddpcheck.parse.source import read_source
+from ddpcheck.parse.syntax import parse_checked
 from ddpcheck.settings import LintSettings
 
-_CACHE: dict[str, object] = {}
 # A training repo's helper modules (utils.py, misc.py, comm.py, dist_utils.py)
 # are a few hundred lines. A module far larger than that is a library of its
 # own: reading it would make every file that imports it pay a big parse, so it
 # counts as unseen (rules stay silent about what it does).
 MAX_HELPER_BYTES = 120_000
-_FOUND: dict[tuple[str, str, int], "Path | None"] = {}
-_BASES: dict[tuple[str, int, "Path | None"], list[Path]] = {}
-# Which local module each file's analysis found through its imports (absolute
-# paths), kept for the life of the process: a helper's memoised queries do not
-# look their imports up again for the next script, but the edge stays here.
-# The result cache keys a script's findings on everything reachable from it.
-_IMPORT_EDGES: dict[str, set[str]] = {}
 
 # Libraries are not "helpers in the tree": when ddpcheck lints a checkout that
 # vendors or sits next to them (or torch's own source), their modules are
@@ -34,98 +38,12 @@ _IMPORT_EDGES: dict[str, set[str]] = {}
 _LIBRARY_ROOTS = {"torch", "torchvision", "torchaudio", "numpy", "accelerate", "transformers", "lightning",
                   "pytorch_lightning", "deepspeed", "apex", "timm", "mmcv", "detectron2", "fairseq"}
 
-
 _INSTALL_DIRS = {"site-packages", "dist-packages"}
 
-# A rule that follows calls into helper modules can first ask whether the
-# module a call lands in, or one it imports, even names what the rule looks
-# for (`init_process_group`, a collective): when none does, no fact the rule
-# needs can hold there and the module is never parsed. The identifiers of a
-# module come from a scan of its text, about a hundred times cheaper than
-# parsing it; on torch's own source this skipped most helper parses.
-_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
-_FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n;#]*)", re.M)
-_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n;#]+)", re.M)
-_DEF = re.compile(r"^[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)", re.M)
-# abs path -> (stamp, its scan); None for a module too large to be a helper
-# (or unreadable): it is never parsed either, so nothing is reached through it.
-_SCANNED: dict[str, tuple[int, "ModuleScan | None"]] = {}
-_REACHES: dict[tuple[str, "Need"], bool] = {}
-_TARGETS: dict[tuple[str, "ModuleScan"], tuple[str, ...]] = {}
 # A training repo's helpers import a handful of local modules; past this many
 # the question is answered "maybe" (so the modules are parsed when a call
 # lands there) instead of scanning a library-sized web of imports.
 MAX_REACH_MODULES = 48
-
-# What an asker looks for, as groups of names: a module matches when it names
-# one of every group (`((distributed modules), (collective names))`: a
-# `reduce` alone is functools', not a collective).
-Need = tuple[tuple[str, ...], ...]
-
-
-def names_match(identifiers: frozenset[str], need: Need) -> bool:
-    return all(not identifiers.isdisjoint(group) for group in need)
-
-
-@dataclass(frozen=True)
-class ModuleScan:
-    """What a scan of a module's text tells without parsing it. Supersets
-    (a string that looks like an import counts too): they only decide what
-    *not* to parse, so too much is safe, and too little never happens for
-    code Python accepts."""
-
-    identifiers: frozenset[str]                          # every word that could be a name
-    sources: frozenset[tuple[str, int, str | None]]      # (module, level, name) of its imports
-    bound: frozenset[str]                                # names it defines (def, class) or binds by import
-
-
-def scan_text(text: str) -> ModuleScan:
-    text = text.replace("\\\n", " ")
-    sources: set[tuple[str, int, str | None]] = set()
-    bound: set[str] = set(_DEF.findall(text))
-    for m in _FROM_IMPORT.finditer(text):
-        level, module = len(m.group(1)), m.group(2)
-        sources.add((module, level, None))
-        for part in m.group(3).strip().strip("()").split(","):
-            name, _, alias = (x.strip() for x in part.partition(" as "))
-            if name and name.isidentifier():
-                sources.add((module, level, name))
-                bound.add(alias or name)
-    for m in _IMPORT.finditer(text):
-        for part in m.group(1).split(","):
-            full, _, alias = (x.strip() for x in part.partition(" as "))
-            if full:
-                sources.add((full, 0, None))
-                sources.add((full.split(".")[0], 0, None))
-                bound.add(alias or full.split(".")[0])
-    return ModuleScan(frozenset(_IDENTIFIER.findall(text)), frozenset(sources), frozenset(bound))
-
-
-def _stamped(cache: dict, key: str, compute):
-    """`compute(key)` for the file at `key`, cached until its mtime changes;
-    None for a file that cannot be stat'ed."""
-    try:
-        stamp = os.stat(key).st_mtime_ns
-    except OSError:
-        return None
-    cached = cache.get(key)
-    if cached is not None and cached[0] == stamp:
-        return cached[1]
-    value = compute(key)
-    cache[key] = (stamp, value)
-    return value
-
-
-def _scan_file(key: str) -> "ModuleScan | None":
-    """The scan of a helper module; None when it is too large to be one, or unreadable."""
-    from ddpcheck.findings import SourceError
-    from ddpcheck.parse.source import read_source
-
-    try:
-        text = read_source(key)
-    except SourceError:
-        return None
-    return None if len(text) > MAX_HELPER_BYTES else scan_text(text)
 
 
 def _function_called(model, name: str):
@@ -136,17 +54,72 @@ def _class_named(model, name: str):
     return model.class_named(name)
 
 
-class ProjectIndex:
+def _stamp(path: str) -> int | None:
+    try:
+        return os.stat(path).st_mtime_ns
+    except OSError:
+        return None
+
+
+class Project:
     def __init__(self, settings: LintSettings) -> None:
         self.settings = settings
         self.root = Path(settings.root).resolve() if settings.root else None
+        self.memo = Memo()
+        # abs path -> (mtime stamp, its model or None when it cannot be a helper)
+        self._models: dict[str, tuple[int, ScriptModel | None]] = {}
+        # abs path -> (stamp, its scan; None for a module too large to be a
+        # helper, or unreadable: it is never parsed either, so nothing is reached through it)
+        self._scans: dict[str, tuple[int, ModuleScan | None]] = {}
+        self._found: dict[tuple[str, str, int], Path | None] = {}
+        self._bases_of: dict[tuple[str, int], list[Path]] = {}
+        self._reaches: dict[tuple[str, Need], bool] = {}
+        self._targets: dict[tuple[str, ModuleScan], tuple[str, ...]] = {}
+        # Which local module each file's analysis found through its imports
+        # (absolute paths): a helper's memoised queries do not look their
+        # imports up again for the next script, but the edge stays here. The
+        # result cache keys a script's findings on everything reachable from it.
+        self._edges: dict[str, set[str]] = {}
+
+    # -- models -------------------------------------------------------------------
+    def build(self, path: str, module: cst.Module, text: str | None = None) -> ScriptModel:
+        """The model of a file being linted (its text as given: stdin, an edited buffer)."""
+        return build_model(path, module, self, text)
+
+    def _stamped(self, cache: dict, key: str, compute):
+        """`compute(key)` for the file at `key`, kept until its mtime changes;
+        None for a file that cannot be stat'ed."""
+        stamp = _stamp(key)
+        if stamp is None:
+            return None
+        cached = cache.get(key)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        value = compute(key)
+        cache[key] = (stamp, value)
+        return value
+
+    def model_for(self, path: Path | str) -> ScriptModel | None:
+        return self._stamped(self._models, str(path), self._build_helper)
+
+    def _build_helper(self, key: str) -> ScriptModel | None:
+        try:
+            text = read_source(key)
+            if len(text) > MAX_HELPER_BYTES:
+                raise SourceError("too large for a helper module")
+            # Read and parsed as the linted files are (encoding cookies,
+            # Python's own check first, so nothing it refuses reaches libcst).
+            return build_model(key, parse_checked(text, key), self, text)
+        except (SourceError, RecursionError):
+            return None
 
     # -- finding files --------------------------------------------------------
     def _bases(self, from_path: str, level: int) -> list[Path]:
-        key = (os.path.dirname(os.path.abspath(from_path)), level, self.root)
-        if key not in _BASES:
-            _BASES[key] = self._find_bases(from_path, level)
-        return _BASES[key]
+        key = (os.path.dirname(os.path.abspath(from_path)), level)
+        found = self._bases_of.get(key)
+        if found is None:
+            found = self._bases_of[key] = self._find_bases(from_path, level)
+        return found
 
     def _find_bases(self, from_path: str, level: int) -> list[Path]:
         here = Path(from_path).resolve().parent
@@ -172,11 +145,11 @@ class ProjectIndex:
 
     def find_module(self, from_path: str, module: str, level: int) -> Path | None:
         key = (os.path.dirname(os.path.abspath(from_path)), module, level)
-        if key not in _FOUND:
-            _FOUND[key] = self._find_module(from_path, module, level)
-        found = _FOUND[key]
+        if key not in self._found:
+            self._found[key] = self._find_module(from_path, module, level)
+        found = self._found[key]
         if found is not None:
-            _IMPORT_EDGES.setdefault(os.path.abspath(from_path), set()).add(os.path.abspath(found))
+            self._edges.setdefault(os.path.abspath(from_path), set()).add(os.path.abspath(found))
         return found
 
     def _find_module(self, from_path: str, module: str, level: int) -> Path | None:
@@ -198,32 +171,11 @@ class ProjectIndex:
                     return Path(candidate)
         return None
 
-    def model_for(self, path: Path):
-        return _stamped(_CACHE, str(path), self._build)
-
-    def _build(self, key: str):
-        from ddpcheck.model.builder import build_model
-        from ddpcheck.parse.source import read_source
-        from ddpcheck.parse.syntax import parse_checked
-        from ddpcheck.findings import SourceError
-
-        try:
-            text = read_source(key)
-            if len(text) > MAX_HELPER_BYTES:
-                raise SourceError("too large for a helper module")
-            # Read and parsed as the linted files are (encoding cookies,
-            # Python's own check first, so nothing it refuses reaches libcst).
-            model = build_model(key, parse_checked(text, key), self.settings, text)
-        except (SourceError, RecursionError):
-            return None
-        model.project = self
-        return model
-
     # -- what a module can reach ------------------------------------------------
     def _scan(self, path: Path | str) -> ModuleScan | None:
-        return _stamped(_SCANNED, os.path.abspath(path), _scan_file)
+        return self._stamped(self._scans, os.path.abspath(path), _scan_file)
 
-    def _targets(self, from_path: str, sources) -> list[Path]:
+    def _target_paths(self, from_path: str, sources) -> list[Path]:
         """The local modules `sources` can land in, as resolve_function looks
         them up (the module, and `module.name` for a submodule imported by name)."""
         found = []
@@ -240,11 +192,12 @@ class ProjectIndex:
         reachable from it through imports however deep, matches `need`."""
         start = os.path.abspath(path)
         key = (start, need)
-        if key not in _REACHES:
-            _REACHES[key] = self._reaches(start, scan, need)
-        return _REACHES[key]
+        found = self._reaches.get(key)
+        if found is None:
+            found = self._reaches[key] = self._reaches_from(start, scan, need)
+        return found
 
-    def _reaches(self, start: str, scan: ModuleScan, need: Need) -> bool:
+    def _reaches_from(self, start: str, scan: ModuleScan, need: Need) -> bool:
         if names_match(scan.identifiers, need):
             return True
         closure = self._closure(start, scan)
@@ -274,20 +227,21 @@ class ProjectIndex:
 
     def _targets_of(self, path: str, scan: ModuleScan) -> tuple[str, ...]:
         key = (path, scan)
-        if key not in _TARGETS:
-            _TARGETS[key] = tuple(dict.fromkeys(os.path.abspath(p) for p in self._targets(path, scan.sources)))
-        return _TARGETS[key]
+        found = self._targets.get(key)
+        if found is None:
+            found = self._targets[key] = tuple(dict.fromkeys(
+                os.path.abspath(p) for p in self._target_paths(path, scan.sources)))
+        return found
 
     # -- what an analysis read ---------------------------------------------------
-    @staticmethod
-    def helpers_read(path: str) -> tuple[str, ...]:
+    def helpers_read(self, path: str) -> tuple[str, ...]:
         """The local modules the analysis of `path` found through its imports,
         directly or through other helpers (absolute paths, sorted)."""
         start = os.path.abspath(path)
         seen: set[str] = set()
         todo = [start]
         while todo:
-            for found in _IMPORT_EDGES.get(todo.pop(), ()):
+            for found in self._edges.get(todo.pop(), ()):
                 if found not in seen and found != start:
                     seen.add(found)
                     todo.append(found)
@@ -330,3 +284,15 @@ class ProjectIndex:
         if src and src[2] is not None:
             return self._resolve_name(str(path), src[0], src[1], src[2], find, needs, depth + 1)
         return None
+
+
+def _scan_file(key: str) -> ModuleScan | None:
+    """The scan of a helper module; None when it is too large to be one, or unreadable."""
+    try:
+        text = read_source(key)
+    except SourceError:
+        return None
+    return None if len(text) > MAX_HELPER_BYTES else scan_text(text)
+
+
+__all__ = ["Project", "MAX_HELPER_BYTES", "MAX_REACH_MODULES", "Need", "ModuleScan", "names_match", "scan_text"]

@@ -36,7 +36,7 @@ from ddpcheck.model.collectives import function_events
 from ddpcheck.model.guards import function_worlds
 from ddpcheck.model.launchers import is_worker_spawn, runs_in_launcher_only, spawns_workers
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around

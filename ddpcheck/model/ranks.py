@@ -32,7 +32,7 @@ from ddpcheck.model.env import env_writes
 from ddpcheck.model.flow import arguments_for
 from ddpcheck.model.guards import RANK_ENV
 from ddpcheck.model.names import dotted_name, environ_key, string_value
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import FunctionInfo, ScriptModel
 
 # Environment variables that hold a rank local to the node; the other rank

@@ -6,7 +6,7 @@ point we cannot judge, so it counts as unreached)."""
 from __future__ import annotations
 
 from ddpcheck.model.guards import function_worlds
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.worlds import DN
 

@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpcheck.model.flow import argument_expr
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 
 TORCH_SAVE = ("torch.save", "torch.serialization.save")

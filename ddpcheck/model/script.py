@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Iterable, Iterator
 import libcst as cst
 
 from ddpcheck.model.names import ImportTable, dotted_name
-from ddpcheck.model.query import QueryCache, query
+from ddpcheck.model.memo import query
+from ddpcheck.model.scan import ModuleScan, Need, names_match, scan_text
 from ddpcheck.model.worlds import ALL
-from ddpcheck.settings import LintSettings
 
 if TYPE_CHECKING:  # pragma: no cover
     from ddpcheck.model.reads import Division
-    from ddpcheck.model.project import Need, ProjectIndex
+    from ddpcheck.model.project import Project
 
 
 @dataclass(eq=False)
@@ -173,11 +173,12 @@ _EMPTY: list = []
 
 
 class ScriptModel:
-    def __init__(self, path: str, module: cst.Module, settings: LintSettings, text: str | None = None) -> None:
+    def __init__(self, path: str, module: cst.Module, project: "Project", text: str | None = None) -> None:
         self.path = path
         self.module = module
         self._text = text   # the source as read; regenerated from `module` when not given
-        self.settings = settings
+        self.project = project
+        self.settings = project.settings
         self.imports = ImportTable()
         self.calls: list[CallSite] = []
         self.site_of: dict[int, CallSite] = {}   # id(cst.Call) -> CallSite
@@ -190,13 +191,12 @@ class ScriptModel:
         # `"RANK" in os.environ`) -> the functions reading them (None: module level)
         self.env_reads: dict[str, list[FunctionInfo | None]] = {}
         self.class_names: set[str] = set()
-        self.project: "ProjectIndex | None" = None
         # id(expression) -> the names it reads, for every recorded expression
         # (assignment values, calls and their arguments, branch tests, loop
         # iterables, returned values), and the divisions inside them: model/reads.py
         self.reads_of: dict[int, frozenset[str]] = {}
         self.divisions_of: dict[int, tuple["Division", ...]] = {}
-        self.queries = QueryCache()   # answers of @query functions (model/query.py)
+        self.answers: dict = {}   # answers of @query functions asked of this model (model/memo.py)
 
     # -- names -------------------------------------------------------------
     def qualify(self, expr: cst.BaseExpression | None) -> str | None:
@@ -233,21 +233,17 @@ class ScriptModel:
         return self._text
 
     @query
-    def scan(self):
-        """The identifiers, imports and definitions of this file, as
-        ProjectIndex scans a helper module's text."""
-        from ddpcheck.model.project import scan_text
-
+    def scan(self) -> ModuleScan:
+        """The identifiers, imports and definitions of this file, as the
+        project scans a helper module's text."""
         return scan_text(self.text)
 
     @query
-    def may_reach(self, need: "Need") -> bool:
+    def may_reach(self, need: Need) -> bool:
         """This file, or a local module it can reach through its imports, names
         what `need` asks for (`(("init_process_group",),)`; project.Need).
         When none does, no fact that needs it can hold, and the rule asking
         need not follow calls into helper modules (parsing them is what costs)."""
-        from ddpcheck.model.project import names_match
-
         if names_match(self.scan().identifiers, need):
             return True
         return self.project is not None and self.project.reaches(self.path, self.scan(), need)
@@ -349,7 +345,7 @@ class ScriptModel:
 
     # -- cross-file -----------------------------------------------------------
     @query
-    def resolve_call(self, call: CallSite, needs: "Need" = ()) -> tuple["ScriptModel", FunctionInfo] | None:
+    def resolve_call(self, call: CallSite, needs: Need = ()) -> tuple["ScriptModel", FunctionInfo] | None:
         """The function a call lands in, in this file or a local module the
         script imports. None when it cannot be seen (a library, a dynamic call).
         With `needs` (what the asker looks for; project.Need): also None for a

@@ -38,7 +38,7 @@ import libcst as cst
 from ddpcheck.model.collectives import site_worlds
 from ddpcheck.model.flow import argument_expr, arguments_for, is_param, value_at
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.values import is_api_call
 from ddpcheck.model.withblocks import with_items_around

@@ -12,7 +12,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel, call_arg
 from ddpcheck.model.names import dotted_name, is_torch_api
 

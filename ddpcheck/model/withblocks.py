@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 
 _BLOCKS = (cst.If, cst.For, cst.While, cst.With, cst.Try, cst.TryStar, cst.Else, cst.ExceptHandler,

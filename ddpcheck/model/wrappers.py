@@ -13,7 +13,7 @@ import libcst as cst
 
 from ddpcheck.model.flow import arguments_for, constant_of, loops_in
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.reaching import reaching_assignments
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.script import Assign, CallSite, Ctx, FunctionInfo, ScriptModel, owner_class

@@ -11,7 +11,7 @@ from ddpcheck.model.module_api import on_wrapper
 from ddpcheck.model.flow import argument_expr
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.positions import line_of
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import WrapInfo, wraps
 from ddpcheck.model.wrappers import tells_wrapper_apart, wrapper_in

@@ -8,7 +8,7 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.distributed import runs_distributed
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.values import exclusive

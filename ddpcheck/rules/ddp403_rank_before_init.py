@@ -7,7 +7,7 @@ from typing import Iterator
 
 from ddpcheck.model.collectives import PROCESS_GROUP_NEED, initialized_guarded, needs_process_group, runs_only_uninitialized
 from ddpcheck.model.distributed import INIT_NEED, function_inits, init_calls, is_init_call
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.positions import where
 from ddpcheck.model.values import exclusive

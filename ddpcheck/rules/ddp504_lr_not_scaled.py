@@ -10,7 +10,7 @@ import libcst as cst
 from ddpcheck.model.arguments import options
 from ddpcheck.model.batches import derived_from_global, reads_world
 from ddpcheck.model.evaluation import is_eval_loader
-from ddpcheck.model.query import query
+from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.reads import reads

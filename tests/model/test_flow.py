@@ -8,17 +8,15 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpcheck.model.builder import build_model
+from ddpcheck.model.project import Project
 from ddpcheck.model.flow import Made, Opaque, Param, every_pass, iterated, value_at, value_of
-from ddpcheck.model.project import ProjectIndex
 from ddpcheck.settings import LintSettings
 
 SETTINGS = LintSettings(enabled=frozenset())
 
 
 def build(code: str, path: str = "t.py"):
-    model = build_model(path, cst.parse_module(textwrap.dedent(code)), SETTINGS)
-    model.project = ProjectIndex(SETTINGS)
+    model = Project(SETTINGS).build(path, cst.parse_module(textwrap.dedent(code)))
     return model
 
 

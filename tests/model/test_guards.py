@@ -6,7 +6,7 @@ from __future__ import annotations
 import libcst as cst
 import pytest
 
-from ddpcheck.model.builder import build_model
+from ddpcheck.model.project import Project
 from ddpcheck.model.worlds import D0, DN, S
 from ddpcheck.settings import LintSettings
 
@@ -15,7 +15,7 @@ PRE = "import os\nimport torch.distributed as dist\nfrom accelerate import Accel
 
 def body_worlds(test: str, setup: str = "", guards: tuple[str, ...] = ()) -> frozenset[str]:
     code = PRE + setup + f"if {test}:\n    marker()\n"
-    model = build_model("t.py", cst.parse_module(code), LintSettings(enabled=frozenset(), main_process_guards=guards))
+    model = Project(LintSettings(enabled=frozenset(), main_process_guards=guards)).build("t.py", cst.parse_module(code))
     site = next(c for c in model.calls if c.func == "marker")
     return model.worlds(site.ctx)
 
@@ -75,14 +75,14 @@ def test_configured_guard_names():
 
 def test_early_return_guards_the_rest_of_the_block():
     code = PRE + "def f():\n    if dist.get_rank() != 0:\n        return\n    marker()\n"
-    model = build_model("t.py", cst.parse_module(code), LintSettings(enabled=frozenset()))
+    model = Project(LintSettings(enabled=frozenset())).build("t.py", cst.parse_module(code))
     site = next(c for c in model.calls if c.func == "marker")
     assert DN not in model.worlds(site.ctx)
 
 
 def test_short_circuit_and_conditional_expression_arms():
     code = PRE + "is_main_process() and marker()\nx = marker() if dist.get_rank() == 0 else None\n"
-    model = build_model("t.py", cst.parse_module(code), LintSettings(enabled=frozenset()))
+    model = Project(LintSettings(enabled=frozenset())).build("t.py", cst.parse_module(code))
     for site in (c for c in model.calls if c.func == "marker"):
         assert DN not in model.worlds(site.ctx)
 
@@ -90,7 +90,7 @@ def test_short_circuit_and_conditional_expression_arms():
 # -- guards through the value flow -------------------------------------------------
 
 def _marker_worlds(code: str) -> frozenset[str]:
-    model = build_model("t.py", cst.parse_module(PRE + code), LintSettings(enabled=frozenset()))
+    model = Project(LintSettings(enabled=frozenset())).build("t.py", cst.parse_module(PRE + code))
     site = next(c for c in model.calls if c.func == "marker")
     return model.worlds(site.ctx)
 
@@ -126,7 +126,7 @@ def test_helper_guard_on_its_parameter_judged_at_the_call():
 
     code = PRE + ("def save(state, should_write):\n    if not should_write:\n        return\n    marker()\n"
                   "def main(args):\n    save(s, should_write=args.rank == 0)\n    save(s, should_write=args.save)\n")
-    model = build_model("t.py", cst.parse_module(code), LintSettings(enabled=frozenset()))
+    model = Project(LintSettings(enabled=frozenset())).build("t.py", cst.parse_module(code))
     site = next(c for c in model.calls if c.func == "marker")
     fn = site.ctx.function
     guarded, unguarded = [c for c in model.calls if c.func == "save"]

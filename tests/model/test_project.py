@@ -9,11 +9,11 @@ from pathlib import Path
 
 import libcst as cst
 
-import ddpcheck.model.project as project
-from ddpcheck.lint.engine import lint_path
-from ddpcheck.model.builder import build_model
+import ddpcheck.model.project as project_module
+from ddpcheck.lint.engine import Projects, lint_path
+from ddpcheck.model.project import Project
 from ddpcheck.model.distributed import INIT_NEED, function_inits, init_calls
-from ddpcheck.model.project import ProjectIndex, scan_text
+from ddpcheck.model.project import scan_text
 from ddpcheck.settings import LintSettings
 from tests.conftest import needs_rule, write
 
@@ -22,13 +22,13 @@ SETTINGS = LintSettings(enabled=frozenset())
 
 def model_of(path: Path):
     text = path.read_text()
-    model = build_model(str(path), cst.parse_module(text), SETTINGS, text)
-    model.project = ProjectIndex(SETTINGS)
+    model = Project(SETTINGS).build(str(path), cst.parse_module(text), text)
     return model
 
 
-def parsed(path: Path) -> bool:
-    cached = project._CACHE.get(str(path))
+def parsed(model, path: Path) -> bool:
+    """The run `model` is part of parsed the module at `path`."""
+    cached = model.project._models.get(str(path))
     return cached is not None and cached[1] is not None
 
 
@@ -59,7 +59,7 @@ def test_a_helper_that_never_defines_the_called_name_is_not_parsed(tmp_path):
     model = model_of(train)
     call = next(c for c in model.calls if c.func == "layers.conv3x3")
     assert model.resolve_call(call) is None
-    assert not parsed(tmp_path / "layers.py")
+    assert not parsed(model, tmp_path / "layers.py")
 
 
 def test_init_found_through_a_module_that_only_imports_the_one_that_starts_it(tmp_path):
@@ -74,7 +74,7 @@ def test_init_found_through_a_module_that_only_imports_the_one_that_starts_it(tm
     assert model.may_reach(INIT_NEED)
     assert [c.func for c in init_calls(model)] == ["prepare"]
     # plots.py names nothing that starts a group: asked, it is never parsed
-    assert not parsed(tmp_path / "plots.py")
+    assert not parsed(model, tmp_path / "plots.py")
 
 
 def test_a_module_that_cannot_reach_an_init_is_proved_so_without_parsing(tmp_path):
@@ -84,11 +84,11 @@ def test_a_module_that_cannot_reach_an_init_is_proved_so_without_parsing(tmp_pat
     assert not model.may_reach(INIT_NEED)
     main = next(f for f in model.functions if f.name == "main")
     assert function_inits(model, main) is False
-    assert not parsed(tmp_path / "metrics.py")
+    assert not parsed(model, tmp_path / "metrics.py")
 
 
 def test_a_web_of_modules_larger_than_a_training_repo_is_answered_maybe(tmp_path, monkeypatch):
-    monkeypatch.setattr(project, "MAX_REACH_MODULES", 3)
+    monkeypatch.setattr(project_module, "MAX_REACH_MODULES", 3)
     for i in range(6):
         write(tmp_path / f"m{i}.py", f"import m{i + 1}\n" if i < 5 else "x = 1\n")
     train = write(tmp_path / "train.py", "import m0\n")
@@ -101,7 +101,7 @@ def test_modules_beside_an_installed_package_are_libraries(tmp_path):
     write(site / "otherdist.py", "def helper():\n    pass\n")
     write(site / "mypkg" / "util.py", "def helper():\n    pass\n")
     inside = write(site / "mypkg" / "core.py", "import otherdist\nfrom . import util\n")
-    index = ProjectIndex(SETTINGS)
+    index = Project(SETTINGS)
     assert index.find_module(str(inside), "otherdist", 0) is None   # another distribution
     assert index.find_module(str(inside), "util", 1) == site / "mypkg" / "util.py"   # its own package
 
@@ -149,3 +149,33 @@ def test_a_method_call_on_an_object_lands_in_its_class_even_through_a_factory(tm
     wmodel, method = by_func["loader.load_data"]
     assert wmodel.path.endswith("wrapper.py") and method.class_name == "LoaderWrapper"
     assert by_func["loader.missing"] is None   # not a method of the class (an inherited one is not followed)
+
+
+def _root_layout(tmp_path):
+    """A script in scripts/ importing `common.dist`, which only the project
+    root (the folder above) can resolve."""
+    write(tmp_path / "common" / "__init__.py", "")
+    write(tmp_path / "common" / "dist.py", "import torch\n\ndef save_ckpt(model, path):\n"
+                                           "    torch.save(model.state_dict(), path)\n")
+    return write(tmp_path / "scripts" / "train.py",
+                 "import torch\nimport torch.distributed as dist\nfrom common.dist import save_ckpt\n\n"
+                 "dist.init_process_group('nccl')\nmodel = torch.nn.Linear(2, 2)\nsave_ckpt(model, 'ckpt.pt')\n")
+
+
+@needs_rule("DDP301")
+def test_linting_with_and_without_a_root_in_one_process_does_not_depend_on_order(tmp_path):
+    # Import lookups used to be cached process-wide without the root in
+    # their key: whichever lint came first decided what the second saw.
+    train = _root_layout(tmp_path)
+    with_root = LintSettings(enabled=frozenset({"DDP301"}), root=str(tmp_path))
+    no_root = LintSettings(enabled=frozenset({"DDP301"}))
+
+    def codes(settings, projects=None):
+        return [(f.line, f.code) for f in lint_path(str(train), settings, projects=projects).findings]
+
+    expected_root, expected_none = [(7, "DDP301")], []
+    assert (codes(with_root), codes(no_root)) == (expected_root, expected_none)
+    assert (codes(no_root), codes(with_root)) == (expected_none, expected_root)
+    # one run's worker keeps a project per root: still independent
+    projects = Projects()
+    assert (codes(no_root, projects), codes(with_root, projects)) == (expected_none, expected_root)

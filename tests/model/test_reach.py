@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.builder import build_model
+from ddpcheck.model.project import Project
 from ddpcheck.model.reach import other_ranks_reach, script_reaches
 from ddpcheck.settings import LintSettings
 
@@ -25,7 +25,7 @@ a()
 
 
 def _model():
-    return build_model("t.py", cst.parse_module(CODE), LintSettings(enabled=frozenset()))
+    return Project(LintSettings(enabled=frozenset())).build("t.py", cst.parse_module(CODE))
 
 
 def _fn(model, name):

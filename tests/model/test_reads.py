@@ -7,7 +7,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpcheck.model.builder import build_model
+from ddpcheck.model.project import Project
 from ddpcheck.model.reads import _compute, reads
 from ddpcheck.settings import LintSettings
 
@@ -16,7 +16,7 @@ SETTINGS = LintSettings(enabled=frozenset())
 
 
 def _model(code: str):
-    return build_model("t.py", cst.parse_module(code), SETTINGS)
+    return Project(SETTINGS).build("t.py", cst.parse_module(code))
 
 
 def test_assignment_call_and_argument_reads():

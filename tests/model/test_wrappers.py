@@ -8,7 +8,7 @@ import textwrap
 import libcst as cst
 import pytest
 
-from ddpcheck.model.builder import build_model
+from ddpcheck.model.project import Project
 from ddpcheck.model.wrappers import strips_prefix, wrapper_in
 from ddpcheck.settings import LintSettings
 
@@ -18,7 +18,7 @@ PRE = "import re\nimport torch\nfrom torch.nn.parallel import DistributedDataPar
 
 def _saved(body: str):
     code = PRE + "def save(model, sd, path):\n" + textwrap.indent(textwrap.dedent(body), "    ")
-    model = build_model("t.py", cst.parse_module(code), SETTINGS)
+    model = Project(SETTINGS).build("t.py", cst.parse_module(code))
     site = next(c for c in model.calls if c.func == "torch.save")
     return model, site.node.args[0].value, site.ctx.function
 
@@ -60,7 +60,7 @@ def test_wrapper_followed_into_a_parameter():
             save_checkpoint(model, "a.pt")
             save_checkpoint(model.module, "b.pt")
     """)
-    model = build_model("t.py", cst.parse_module(code), SETTINGS)
+    model = Project(SETTINGS).build("t.py", cst.parse_module(code))
     site = next(c for c in model.calls if c.func == "marker")
     found = wrapper_in(model, site.node.args[0].value, site.ctx)
     assert found is not None and found[0].kind == "DistributedDataParallel"
@@ -75,6 +75,6 @@ def test_inner_module_passed_is_not_the_wrapper():
             model = DDP(Net())
             save_checkpoint(model.module, "b.pt")
     """)
-    model = build_model("t.py", cst.parse_module(code), SETTINGS)
+    model = Project(SETTINGS).build("t.py", cst.parse_module(code))
     site = next(c for c in model.calls if c.func == "marker")
     assert wrapper_in(model, site.node.args[0].value, site.ctx) is None

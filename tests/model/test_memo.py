@@ -1,12 +1,20 @@
-"""The one memo mechanism: keyed on the query function and its arguments,
-cycles answered with on_cycle, nothing cached from a cut-short recursion."""
+"""The one memo mechanism (model/memo.py): keyed on the query function and its
+arguments, owned by one Memo per run, cycles answered with on_cycle,
+nothing cached from a cut-short recursion, a budget past which the answer
+is "unknown"."""
 
-from ddpcheck.model.query import QueryCache, query
+from ddpcheck.model.memo import Memo, query
+
+
+class FakeProject:
+    def __init__(self, budget: int = 1000):
+        self.memo = Memo(budget)
 
 
 class FakeModel:
-    def __init__(self, edges):
-        self.queries = QueryCache()
+    def __init__(self, edges, project=None):
+        self.project = project or FakeProject()
+        self.answers = {}
         self.edges = edges
         self.calls = []
 
@@ -59,8 +67,9 @@ def test_value_computed_under_a_cut_is_recomputed_from_outside_the_cycle():
     assert m.calls == []                      # the cycle's entry frame was cached
 
 
-def test_cycles_across_models_are_caught():
-    a, b = FakeModel({}), FakeModel({})
+def test_cycles_across_models_of_one_run_are_caught():
+    project = FakeProject()
+    a, b = FakeModel({}, project), FakeModel({}, project)
 
     @query(on_cycle="cut")
     def ping(model, n):
@@ -68,3 +77,23 @@ def test_cycles_across_models_are_caught():
         return ping(other, n)
 
     assert ping(a, 1) == "cut"
+
+
+def test_a_question_past_its_budget_is_unknown_and_nothing_of_it_is_kept():
+    # a chain 0 -> 1 -> ... -> 50 -> sink: 52 evaluations, over a budget of 20
+    chain = {i: [i + 1] for i in range(50)}
+    chain[50] = ["sink"]
+    m = FakeModel(chain, FakeProject(budget=20))
+    assert reaches_sink(m, 0) is False        # on_cycle: unknown, not a guess
+    assert (reaches_sink.__wrapped__, (0,), ()) not in m.answers
+    roomy = FakeModel(chain, FakeProject(budget=1000))
+    assert reaches_sink(roomy, 0) is True
+
+
+def test_two_runs_never_share_answers_or_questions_in_progress():
+    one, two = FakeProject(), FakeProject()
+    a, b = FakeModel({"a": ["sink"]}, one), FakeModel({"a": []}, two)
+    assert reaches_sink(a, "a") is True
+    assert reaches_sink(b, "a") is False
+    assert one.memo.stack == [] and two.memo.stack == []
+    assert one.memo.evaluations == 2 and two.memo.evaluations == 1
