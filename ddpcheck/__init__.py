@@ -1,3 +1,3 @@
 """ddpcheck: find PyTorch multi-GPU pitfalls before the job starts."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
