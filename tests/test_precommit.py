@@ -36,7 +36,11 @@ def snapshot_checkout(dest: Path, env: dict) -> Path:
                             cwd=REPO, capture_output=True, text=True, check=True).stdout
     for rel in filter(None, listed.split("\0")):
         source = REPO / rel
-        if source.is_file() and not source.is_symlink():
+        if source.is_symlink():
+            # ddpcheck/rule_pages -> ../rules is how the pages get into the wheel
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(source), dest / rel)
+        elif source.is_file():
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / rel)
     for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "snapshot", "--no-gpg-sign"]):
