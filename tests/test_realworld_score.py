@@ -57,6 +57,20 @@ def test_any_of_several_lines_and_anywhere():
     assert sc.distance(finding(999, rule="DDP301"), expect(anywhere=True)) is None
 
 
+def test_a_label_may_name_places_in_several_files():
+    labels = sc.parse_labels('case = "c"\n[[expect]]\nat = ["utils.py:90", "train.py:349"]\nrule = "DDP301"\n'
+                             'severity = "warning"\n', "c.toml")
+    [label] = labels.expected
+    assert (label.file, label.lines, label.elsewhere) == ("utils.py", (90,), (("train.py", 349),))
+    assert sc.distance(finding(350, rule="DDP301"), label) == 1
+    assert sc.distance(finding(91, rule="DDP301", file="utils.py"), label) == 1
+    assert sc.distance(finding(90, rule="DDP301", file="other.py"), label) is None
+    with pytest.raises(sc.FormatError, match="at"):
+        sc.parse_labels('case = "c"\n[[expect]]\nat = ["utils.py"]\nrule = "DDP301"\nseverity = "warning"\n', "c")
+    with pytest.raises(sc.FormatError, match="replaces"):
+        sc.parse_labels('case = "c"\n[[expect]]\nat = ["u.py:3"]\nline = 3\nrule = "DDP301"\nseverity = "info"\n', "c")
+
+
 def test_matching_is_one_to_one():
     pairs = sc.match([finding(10), finding(11)], [expect([10])])
     assert len(pairs) == 1 and pairs[0][0].line == 10

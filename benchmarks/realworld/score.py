@@ -74,12 +74,14 @@ class Expected:
     anywhere: bool = False          # matched by file and rule alone
     optional: bool = False          # debatable: neither credited nor missed
     tolerance: int = DEFAULT_TOLERANCE
+    elsewhere: tuple[tuple[str, int], ...] = ()   # other (file, line) places it may be reported at
 
     @property
     def where(self) -> str:
         if self.anywhere:
             return f"{self.file}:*"
-        return f"{self.file}:{'/'.join(str(n) for n in self.lines)}"
+        text = f"{self.file}:{'/'.join(str(n) for n in self.lines)}"
+        return " or ".join([text] + [f"{f}:{n}" for f, n in self.elsewhere])
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class MustNot:
     why: str = ""
     anywhere: bool = False
     tolerance: int = DEFAULT_TOLERANCE
+    elsewhere: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,24 @@ def _lines_of(entry: dict, where: str) -> tuple[tuple[int, ...], bool]:
     if not anywhere and not raw:
         raise FormatError(f"{where}: needs `line`, `lines` or `anywhere = true`")
     return tuple(raw), anywhere
+
+
+def _places(entry: dict, where: str) -> tuple[str, tuple[int, ...], tuple[tuple[str, int], ...]]:
+    """`at = ["utils.py:90", "train.py:349"]`: the first place is the label's file and line, the
+    others are where the same problem may be reported instead (a helper's write at its call)."""
+    if "at" not in entry:
+        return "", (), ()
+    if any(key in entry for key in ("file", "line", "lines", "anywhere")):
+        raise FormatError(f"{where}: `at` replaces `file`, `line`, `lines` and `anywhere`")
+    places = []
+    for item in entry["at"] if isinstance(entry["at"], list) else [None]:
+        file, _, line = item.rpartition(":") if isinstance(item, str) else ("", "", "")
+        if not file or not line.isdigit() or int(line) < 1:
+            raise FormatError(f"{where}: `at` must be a list of \"file:line\" strings")
+        places.append((file, int(line)))
+    if not places:
+        raise FormatError(f"{where}: `at` is empty")
+    return places[0][0], (places[0][1],), tuple(places[1:])
 
 
 def _string(entry: dict, key: str, where: str, default: str | None = None) -> str:
@@ -172,23 +193,31 @@ def parse_labels(text: str, origin: str) -> CaseLabels:
     expected = []
     for index, entry in enumerate(data.get("expect", [])):
         where = f"{origin}: expect #{index + 1}"
-        lines, anywhere = _lines_of(entry, where)
+        file, lines, elsewhere = _places(entry, where)
+        anywhere = False
+        if not file:
+            file = _string(entry, "file", where)
+            lines, anywhere = _lines_of(entry, where)
         severity = _string(entry, "severity", where)
         if severity not in SEVERITIES:
             raise FormatError(f"{where}: severity must be one of {', '.join(SEVERITIES)}")
         expected.append(Expected(
-            case=case, file=_string(entry, "file", where), rule=_string(entry, "rule", where), lines=lines,
+            case=case, file=file, rule=_string(entry, "rule", where), lines=lines,
             severity=severity, why=entry.get("why", ""), anywhere=anywhere,
             optional=bool(entry.get("optional", False)),
-            tolerance=int(entry.get("tolerance", DEFAULT_TOLERANCE))))
+            tolerance=int(entry.get("tolerance", DEFAULT_TOLERANCE)), elsewhere=elsewhere))
     must_not = []
     for index, entry in enumerate(data.get("not", [])):
         where = f"{origin}: not #{index + 1}"
-        lines, anywhere = _lines_of(entry, where)
+        file, lines, elsewhere = _places(entry, where)
+        anywhere = False
+        if not file:
+            file = _string(entry, "file", where)
+            lines, anywhere = _lines_of(entry, where)
         must_not.append(MustNot(
-            case=case, file=_string(entry, "file", where), rule=_string(entry, "rule", where), lines=lines,
+            case=case, file=file, rule=_string(entry, "rule", where), lines=lines,
             why=entry.get("why", ""), anywhere=anywhere,
-            tolerance=int(entry.get("tolerance", DEFAULT_TOLERANCE))))
+            tolerance=int(entry.get("tolerance", DEFAULT_TOLERANCE)), elsewhere=elsewhere))
     return CaseLabels(case=case, expected=expected, must_not=must_not)
 
 
@@ -203,8 +232,9 @@ def load_labels(folder: Path, cases: list[Case]) -> dict[str, CaseLabels]:
         if parsed.case != case.id:
             raise FormatError(f"{path}: says case {parsed.case!r}, expected {case.id!r}")
         for item in [*parsed.expected, *parsed.must_not]:
-            if item.file not in case.files:
-                raise FormatError(f"{path}: {item.file!r} is not among the case's files")
+            for file in [item.file, *(f for f, _ in item.elsewhere)]:
+                if file not in case.files:
+                    raise FormatError(f"{path}: {file!r} is not among the case's files")
         labels[case.id] = parsed
     return labels
 
@@ -213,12 +243,15 @@ def load_labels(folder: Path, cases: list[Case]) -> dict[str, CaseLabels]:
 
 def distance(finding: Finding, label: Expected | MustNot) -> int | None:
     """How far the finding is from the label, or None when it cannot match."""
-    if finding.file != label.file or (label.rule != "*" and finding.rule != label.rule):
+    if label.rule != "*" and finding.rule != label.rule:
         return None
     if label.anywhere:
-        return label.tolerance + 1          # after every line match
-    gap = min(abs(finding.line - n) for n in label.lines)
-    return gap if gap <= label.tolerance else None
+        return label.tolerance + 1 if finding.file == label.file else None   # after every line match
+    places = [(label.file, n) for n in label.lines] + list(label.elsewhere)
+    gaps = [abs(finding.line - n) for file, n in places if file == finding.file]
+    if not gaps or min(gaps) > label.tolerance:
+        return None
+    return min(gaps)
 
 
 def match(findings: list[Finding], labels: list[Expected]) -> list[tuple[Finding, Expected]]:
