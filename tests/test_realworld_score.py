@@ -276,3 +276,11 @@ def test_end_to_end_lint_and_score(tmp_path, capsys):
     assert sc.main(["--manifest", str(tmp_path / "manifest.toml"), "--findings", str(saved),
                     "--json", str(again)]) == 0
     assert json.loads(again.read_text())["all_rules"] == data["all_rules"]
+
+
+def test_the_committed_regression_labels_follow_the_format():
+    folder = REPO / "benchmarks" / "realworld" / "regression"
+    cases = sc.load_manifest(folder / "manifest.toml")
+    labels = sc.load_labels(folder / "labels", cases)
+    assert len(cases) >= 15 and set(labels) == {c.id for c in cases}
+    assert all(c.commit and len(c.commit) == 40 for c in cases)
