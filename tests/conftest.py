@@ -124,3 +124,11 @@ GUARDED_SAVE = UNGUARDED_SAVE.replace(
 
 def git_available() -> bool:
     return shutil.which("git") is not None
+
+
+def pytest_collection_modifyitems(config, items):
+    """The engine's semantics suite (tests/semantics) runs first: it takes a
+    few seconds, and when the engine breaks it names the Python feature that
+    broke before hundreds of rule fixtures fail for the same reason."""
+    semantics = str(REPO / "tests" / "semantics")
+    items.sort(key=lambda item: not str(item.path).startswith(semantics))

@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from ddpcheck.model.dataflow import Dataflow
 from ddpcheck.model.script import (
-    Assign, Branch, CallSite, Ctx, Exit, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
+    Assign, Binding, Branch, CallSite, Ctx, Exit, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
 )
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
 from ddpcheck.model.reads import Division, chain_names, env_name, subscript_name
@@ -53,6 +54,42 @@ def target_keys(node: cst.BaseExpression) -> list[str]:
             if isinstance(idx, cst.Index) and isinstance(idx.value, cst.SimpleString):
                 return [f"{base}[{idx.value.evaluated_value!r}]"]
     return []
+
+
+def target_paths(node: cst.BaseExpression, path: tuple[int, ...] = ()) -> list[tuple[str, tuple[int, ...] | None]]:
+    """(key, path) for each name an unpacking target binds: `a, (b, c)` ->
+    [("a", (0,)), ("b", (1, 0)), ("c", (1, 1))]; a starred name gets None
+    (it holds a list of what is left)."""
+    if isinstance(node, (cst.Tuple, cst.List)):
+        found: list[tuple[str, tuple[int, ...] | None]] = []
+        starred = False
+        for i, el in enumerate(node.elements):
+            if isinstance(el, cst.StarredElement):
+                starred = True
+                found += [(k, None) for k, _ in target_paths(el.value, path + (i,))]
+            else:
+                # after a starred element, positions count from the end: not followed
+                found += [(k, p if not starred else None) for k, p in target_paths(el.value, path + (i,))]
+        return found
+    if isinstance(node, cst.StarredElement):
+        return [(k, None) for k, _ in target_paths(node.value, path)]
+    return [(k, path) for k in target_keys(node)]
+
+
+def _literally_true(test: cst.BaseExpression) -> bool:
+    """`while True:` / `while 1:`: the loop only ends by `break`."""
+    return (isinstance(test, cst.Name) and test.value == "True") or (
+        isinstance(test, cst.Integer) and test.value not in ("0", "0x0", "0o0", "0b0"))
+
+
+def _params_of(node: cst.Parameters) -> list[tuple[cst.Param, str]]:
+    found = [(p, "") for p in (*node.posonly_params, *node.params)]
+    if isinstance(node.star_arg, cst.Param):
+        found.append((node.star_arg, "*"))
+    found += [(p, "") for p in node.kwonly_params]
+    if node.star_kwarg is not None:
+        found.append((node.star_kwarg, "**"))
+    return found
 
 
 def _exits(block: cst.BaseSuite) -> bool:
@@ -116,6 +153,7 @@ class ScriptBuilder:
         self.reading: list[set[str]] = []
         self.dividing: list[list[Division]] = []
         self.chained: set[int] = set()   # inner attributes of a chain already read
+        self.flow = Dataflow()           # which bindings reach each read (model/dataflow.py)
 
     # -- context --------------------------------------------------------------
     def ctx(self) -> Ctx:
@@ -130,6 +168,16 @@ class ScriptBuilder:
             class_name=self.class_stack[-1],
             opaque=self.opaque > 0,
         )
+
+    # -- bindings (model/dataflow.py) --------------------------------------------
+    def _bind(self, binding) -> None:
+        self.m.bindings.append(binding)
+        self.flow.define(binding.key, binding)
+
+    def _bind_target(self, target: cst.BaseExpression, kind: str, node: cst.CSTNode) -> None:
+        ctx = self._ref_ctx()
+        for key, path in target_paths(target):
+            self._bind(Binding(key, kind, node, ctx, path))
 
     # -- imports --------------------------------------------------------------
     def visit_Import(self, node: cst.Import) -> None:
@@ -190,6 +238,17 @@ class ScriptBuilder:
 
     def visit_Break(self, node: cst.Break) -> None:
         self.m.exits.append(Exit("break", node, self.ctx()))
+        self.flow.loop_break()
+
+    def visit_Continue(self, node: cst.Continue) -> None:
+        self.flow.loop_continue()
+
+    def visit_Global(self, node: cst.Global) -> None:
+        fn = self.fn_stack[-1]
+        if fn is not None:
+            fn.declared_global.update(n.name.value for n in node.names)
+
+    visit_Nonlocal = visit_Global
 
     def visit_Raise(self, node: cst.Raise) -> None:
         self.m.exits.append(Exit("raise", node, self.ctx()))
@@ -313,8 +372,9 @@ class ScriptBuilder:
             flat = isinstance(t.target, (cst.Tuple, cst.List)) and all(
                 not isinstance(el, cst.StarredElement) and len(target_keys(el.value)) == 1
                 for el in t.target.elements)
-            for i, k in enumerate(keys):
-                self.m.assigns.append(Assign(k, None, ctx, node, unpacked=(node.value, i) if flat else None))
+            for i, (k, path) in enumerate(target_paths(t.target)):
+                self.m.assigns.append(Assign(k, None, ctx, node, unpacked=(node.value, i) if flat else None,
+                                             path=path))
 
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
@@ -327,12 +387,18 @@ class ScriptBuilder:
             self.m.assigns.append(Assign(k, node.value, self.ctx(), node, augmented=op))
 
     def visit_Name(self, node: cst.Name) -> None:
+        if not self.in_target and node.value not in ("True", "False", "None"):
+            self.flow.read(node, node.value)
         if self.reading:
             self.reading[-1].add(node.value)
         self.m.references.setdefault(node.value, []).append(
             Reference(node.value, node, self._ref_ctx(), via_attribute=False))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
+        if not self.in_target:
+            key = dotted_name(node)
+            if key is not None:
+                self.flow.read(node, key)
         if self.reading and id(node) not in self.chained:
             self.reading[-1].update(chain_names(node))
             inner = node.value
@@ -407,42 +473,71 @@ class ScriptBuilder:
 
     def _walk_simple_line(self, node):
         self.stmt = node
-        yield from node.body
+        for small in node.body:
+            yield small
+            if self._exit_statement(small):
+                self.flow.end_path()
 
     def _walk_simple_suite(self, node: cst.SimpleStatementSuite):
         self.stmt = node   # `if not main: return` on one line
-        yield from node.body
+        for small in node.body:
+            yield small
+            if self._exit_statement(small):
+                self.flow.end_path()
+
+    def _exit_statement(self, small: cst.BaseSmallStatement) -> bool:
+        """`sys.exit(1)` as a statement: nothing after it runs."""
+        if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+            return False
+        func = dotted_name(small.value.func)
+        return func is not None and self.m.imports.qualify(func) in _EXIT_CALLS
 
     def _walk_if(self, node: cst.If):
         self.stmt = node
         yield from self._read(node.test)
+        flow = self.flow
+        before = flow.fork()
         self.visit_If_body(node)
         yield node.body
         self.leave_If_body(node)
+        body_end = flow.arm_state()
+        flow.start_arm(before)
         if node.orelse is not None:
             self.visit_If_orelse(node)
             yield node.orelse.body if isinstance(node.orelse, cst.Else) else node.orelse
             self.leave_If_orelse(node)
+        flow.join([body_end, flow.arm_state()])
         self.leave_If(node)
 
     def _walk_for(self, node: cst.For):
         self.visit_For(node)
-        yield node.target
-        yield from self._read(node.iter)
+        yield from self._read(node.iter)   # evaluated once, before the first iteration
+        flow = self.flow
+        flow.enter_loop()
         self.visit_For_body(node)
+        self.in_target = True
+        yield node.target
+        self.in_target = False
+        self._bind_target(node.target, "for", node)
         yield node.body
         self.leave_For_body(node)
+        breaks = flow.exit_loop()
         if node.orelse is not None:
             yield node.orelse.body
+        flow.after_loop_else(breaks)
 
     def _walk_while(self, node: cst.While):
         self.visit_While(node)
-        yield from self._read(node.test)
+        flow = self.flow
+        flow.enter_loop()
+        yield from self._read(node.test)   # evaluated at the top of every iteration
         self.visit_While_body(node)
         yield node.body
         self.leave_While_body(node)
+        breaks = flow.exit_loop(runs_forever=_literally_true(node.test))
         if node.orelse is not None:
             yield node.orelse.body
+        flow.after_loop_else(breaks)
 
     def _walk_function(self, node: cst.FunctionDef):
         # decorators and defaults run in the enclosing scope
@@ -451,23 +546,43 @@ class ScriptBuilder:
             if p.default is not None:
                 yield p.default
         self.visit_FunctionDef(node)
+        info = self.fn_stack[-1]
+        ctx = self._ref_ctx()
+        params = []
+        for param, star in _params_of(node.params):
+            params.append(Binding(param.name.value, "param", param, ctx, star=star))
+            if star == "*":
+                info.star_param = param.name.value
+            elif star == "**":
+                info.kwargs_param = param.name.value
+        self.m.bindings.extend(params)
+        self.flow.enter_scope(params)
         yield node.body
+        self.flow.exit_scope()
         self.leave_FunctionDef(node)
+        self._bind(Binding(node.name.value, "def", node, info.ctx))
 
     def _walk_class(self, node: cst.ClassDef):
         yield from node.decorators
         for arg in (*node.bases, *node.keywords):
             yield arg.value
         self.visit_ClassDef(node)
+        ctx = self._ref_ctx()
+        self.flow.enter_scope(inherit=True)   # the body reads the enclosing names as they are now
         yield node.body
+        self.flow.exit_scope()
         self.leave_ClassDef(node)
+        self._bind(Binding(node.name.value, "class", node, ctx))
 
     def _walk_with(self, node: cst.With):
         self.visit_With(node)
         for item in node.items:
             yield item.item
             if item.asname is not None:
+                self.in_target = True
                 yield item.asname.name
+                self.in_target = False
+                self._bind_target(item.asname.name, "with", item)
         yield node.body
         self.leave_With(node)
 
@@ -480,28 +595,115 @@ class ScriptBuilder:
         self._end_reads(node)
 
     def _walk_attribute(self, node: cst.Attribute):
+        target = self.in_target
         self.visit_Attribute(node)
+        self.in_target = False   # `self` in `self.model = ...` is read
         yield node.value
+        self.in_target = target
 
     def _walk_import(self, node) -> None:
         if isinstance(node, cst.Import):
             self.visit_Import(node)
+            names = node.names
         else:
             self.visit_ImportFrom(node)
+            names = () if isinstance(node.names, cst.ImportStar) else node.names
+        ctx = self._ref_ctx()
+        for alias in names:
+            if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
+                local = alias.asname.name.value
+            else:
+                local = (dotted_name(alias.name) or "").split(".")[0]
+            if local:
+                self._bind(Binding(local, "import", alias, ctx))
         return None
 
     def _walk_lambda(self, node: cst.Lambda):
         self.opaque += 1
+        ctx = self._ref_ctx()
+        params = [Binding(p.name.value, "lambda", p, ctx) for p, _ in _params_of(node.params)]
+        self.m.bindings.extend(params)
+        self.flow.enter_scope(params)
         yield node.body
+        self.flow.exit_scope()
         self.opaque -= 1
 
     def _walk_try(self, node):
+        flow = self.flow
+        flow.enter_try()
         self.opaque += 1
         yield node.body
         self.opaque -= 1
-        for part in (*node.handlers, node.orelse, node.finalbody):
-            if part is not None:
-                yield part
+        if node.orelse is not None:
+            yield node.orelse
+        flow.end_try_body()
+        for handler in node.handlers:
+            flow.start_handler()
+            if handler.type is not None:
+                yield handler.type
+            if handler.name is not None:
+                self._bind_target(handler.name.name, "except", handler)
+            yield handler.body
+            flow.end_handler()
+        flow.exit_try()
+        if node.finalbody is not None:
+            yield node.finalbody
+
+    def _walk_comprehension(self, node):
+        """`[f(x) for x in xs if x]`: the first iterable is read where the
+        comprehension is; the rest runs in a scope of its own."""
+        comp = node.for_in
+        yield comp.iter
+        flow = self.flow
+        flow.enter_scope(inherit=True)
+        first = True
+        while comp is not None:
+            if not first:
+                yield comp.iter
+            first = False
+            self.in_target = True
+            yield comp.target
+            self.in_target = False
+            self._bind_target(comp.target, "comp", comp)
+            for cond in comp.ifs:
+                yield cond.test
+            comp = comp.inner_for_in
+        if isinstance(node, cst.DictComp):
+            yield node.key
+            yield node.value
+        else:
+            yield node.elt
+        flow.exit_scope()
+
+    def _walk_named_expr(self, node: cst.NamedExpr):
+        yield node.value
+        self.in_target = True
+        yield node.target
+        self.in_target = False
+        self._bind_target(node.target, "walrus", node)
+
+    def _walk_raise(self, node: cst.Raise):
+        self.visit_Raise(node)
+        if node.exc is not None:
+            yield node.exc
+        if node.cause is not None:
+            yield node.cause.item
+        self.flow.end_path()
+
+    def _walk_match(self, node):
+        yield from self._read(node.subject)
+        flow = self.flow
+        before = flow.fork()
+        ends = []
+        for case in node.cases:
+            flow.start_arm(before)
+            yield case.pattern
+            if case.guard is not None:
+                yield case.guard
+            yield case.body
+            ends.append(flow.arm_state())
+        ends.append(before)   # no case matched
+        flow.join(ends)
 
     def _walk_if_exp(self, node: cst.IfExp):
         # `dist.get_rank() if dist.is_initialized() else 0`: each arm runs under its test
@@ -521,29 +723,44 @@ class ScriptBuilder:
         self.branches.pop()
 
     def _walk_assign(self, node: cst.Assign):
+        start = len(self.m.assigns)
         self.visit_Assign(node)
+        made = self.m.assigns[start:]
         self.in_target = True
         for t in node.targets:
             yield t.target
         self.in_target = False
         yield from self._read(node.value)
+        for a in made:   # bound once the value is computed
+            self._bind(a)
 
     def _walk_ann_assign(self, node: cst.AnnAssign):
+        start = len(self.m.assigns)
         self.visit_AnnAssign(node)
+        made = self.m.assigns[start:]
+        self.in_target = True
         yield node.target
+        self.in_target = False
         yield node.annotation
         if node.value is not None:
             yield from self._read(node.value)
+        for a in made:
+            self._bind(a)
 
     def _walk_aug_assign(self, node: cst.AugAssign):
+        start = len(self.m.assigns)
         self.visit_AugAssign(node)
-        yield node.target
+        made = self.m.assigns[start:]
+        yield node.target   # read, then bound again
         yield from self._read(node.value)
+        for a in made:
+            self._bind(a)
 
     def _walk_return(self, node: cst.Return):
         self.visit_Return(node)
         if node.value is not None:
             yield from self._read(node.value)
+        self.flow.end_path()
 
     def _walk_binary(self, node: cst.BinaryOperation):
         if not self.reading or not isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
@@ -562,9 +779,10 @@ class ScriptBuilder:
     def _walk_subscript(self, node: cst.Subscript):
         if not self.in_target:
             self._env_read(environ_key(self.m.imports, node))
-            if self.reading:
-                key = subscript_name(node)
-                if key:
+            key = subscript_name(node)
+            if key:
+                self.flow.read(node, key)
+                if self.reading:
                     self.reading[-1].add(key)
         in_target, self.in_target = self.in_target, False
         yield node.value
@@ -582,6 +800,8 @@ class ScriptBuilder:
         self.in_target = True
         yield node.target
         self.in_target = False
+        for key in target_keys(node.target):
+            self.flow.unbind(key)
 
     def _ref_ctx(self) -> Ctx:
         # Names are the most frequent nodes: references share one Ctx until the
@@ -624,6 +844,13 @@ _SPECIAL = {
     cst.Subscript: ScriptBuilder._walk_subscript,
     cst.Comparison: ScriptBuilder._walk_comparison,
     cst.Del: ScriptBuilder._walk_del,
+    cst.ListComp: ScriptBuilder._walk_comprehension,
+    cst.SetComp: ScriptBuilder._walk_comprehension,
+    cst.GeneratorExp: ScriptBuilder._walk_comprehension,
+    cst.DictComp: ScriptBuilder._walk_comprehension,
+    cst.NamedExpr: ScriptBuilder._walk_named_expr,
+    cst.Raise: ScriptBuilder._walk_raise,
+    cst.Match: ScriptBuilder._walk_match,
 }
 
 
@@ -643,5 +870,9 @@ def build_model(path: str, module: cst.Module, project: "Project", text: str | N
     """The model of one file, part of `project` (the run it is analysed in:
     model/project.py), which answers its questions about other files."""
     model = ScriptModel(path, module, project, text)
-    ScriptBuilder(model).walk(module)
+    builder = ScriptBuilder(model)
+    builder.walk(module)
+    builder.flow.finish()
+    model.reach = builder.flow.reach
+    model.module_end = builder.flow.module_end
     return model

@@ -110,6 +110,44 @@ class Assign:
     augmented: str | None = None   # the operator of `x //= n`, else None
     # `a, loader = build(cfg)`: value is None, unpacked is (the right-hand side, 1)
     unpacked: tuple[cst.BaseExpression, int] | None = None
+    # where the key sits in an unpacking target, however nested: `a, (b, c) = x`
+    # gives `c` the path (1, 1); None for a starred target (`a, *rest = x`); () when not unpacked
+    path: tuple[int, ...] | None = ()
+
+    kind = "assign"
+
+    @property
+    def source(self) -> cst.BaseExpression | None:
+        """The expression the bound value comes from (the whole right-hand side when unpacked)."""
+        return self.value if self.value is not None else (self.unpacked[0] if self.unpacked else None)
+
+
+@dataclass(eq=False)
+class Binding:
+    """A name bound by something other than an assignment statement (model/dataflow.py):
+    kind        key         node            the value it gets
+    "param"     `loader`    cst.Param       what the callers pass
+    "for"       `batch`     cst.For         an element of what the loop iterates (`path` into it)
+    "comp"      `x`         cst.CompFor     an element of what the comprehension iterates
+    "with"      `f`         cst.WithItem    what the context manager's `__enter__` returns
+    "import"    `dist`      cst.ImportAlias the module or the name imported
+    "def"       `train`     cst.FunctionDef the function
+    "class"     `Trainer`   cst.ClassDef    the class
+    "walrus"    `n`         cst.NamedExpr   its value
+    "except"    `e`         cst.ExceptHandler an exception (never followed)
+    "match"     `x`         a pattern       never followed
+    "lambda"    `x`         cst.Param       a lambda's parameter (never followed)"""
+
+    key: str
+    kind: str
+    node: cst.CSTNode = field(repr=False)
+    ctx: Ctx
+    path: tuple[int, ...] | None = ()
+    star: str = ""     # "*" / "**" for `*args` / `**kwargs` parameters
+
+    value = None
+    augmented = None
+    unpacked = None
 
 
 @dataclass(eq=False)
@@ -142,6 +180,9 @@ class FunctionInfo:
     returns: list[tuple[cst.BaseExpression, Ctx]] = field(default_factory=list)
     # `yield x` / `yield from x` in its own body (not a nested def): a generator
     yields: list["YieldInfo"] = field(default_factory=list)
+    star_param: str | None = None      # the name of `*args`
+    kwargs_param: str | None = None    # the name of `**kwargs`
+    declared_global: set[str] = field(default_factory=set)   # `global x` / `nonlocal x` in its body
 
     @property
     def qualname(self) -> str:
@@ -183,6 +224,12 @@ class ScriptModel:
         self.calls: list[CallSite] = []
         self.site_of: dict[int, CallSite] = {}   # id(cst.Call) -> CallSite
         self.assigns: list[Assign] = []
+        # every binding in walk order: assignments and the others (Binding); model/dataflow.py
+        self.bindings: list[Assign | Binding] = []
+        # id(read node) -> the bindings (and dataflow.ENTRY) that can reach that read
+        self.reach: dict[int, frozenset] = {}
+        # key -> the module-level bindings that reach the end of the module
+        self.module_end: dict[str, frozenset] = {}
         self.loops: list[Loop] = []
         self.functions: list[FunctionInfo] = []
         self.exits: list[Exit] = []
