@@ -26,10 +26,13 @@ def registry() -> dict:
     return REGISTRY
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]},
+             epilog="Documentation: https://github.com/ddpcheck/ddpcheck/tree/main/docs")
 @click.version_option(__version__, "--version", "-V", prog_name="ddpcheck")
 def main() -> None:
-    """Find PyTorch multi-GPU (DDP / DataParallel / torchrun) pitfalls before the job starts."""
+    """Find PyTorch multi-GPU (DDP / DataParallel / torchrun) pitfalls before the job starts.
+
+    ddpcheck COMMAND --help says more about each command."""
 
 
 # --- lint ------------------------------------------------------------------------
@@ -45,7 +48,8 @@ def _use_color(no_color: bool, output_format: str) -> bool:
 FORMAT_ALIASES = {"text": "full"}
 
 
-@main.command()
+@main.command(short_help="Check training scripts for DDP pitfalls (files or folders; default: the current "
+                         "folder).")
 @click.argument("paths", nargs=-1, type=click.Path())
 @click.option("--select", metavar="CODES", help="Comma-separated rule codes or prefixes to run (DDP101,DDP3). Default: all.")
 @click.option("--extend-select", metavar="CODES", help="Codes or prefixes to run on top of the selection (config or --select).")
@@ -125,7 +129,7 @@ def lint(paths, select, extend_select, ignore, extend_ignore, output_format, fix
 
 # --- rules / rule ----------------------------------------------------------------
 
-@main.command("rules")
+@main.command("rules", short_help="List every rule: code, name, severity, fix, summary.")
 def rules_command() -> None:
     """List every rule: code, name, severity, fixable, summary."""
     from tabulate import tabulate
@@ -150,7 +154,7 @@ def lookup_rule(text: str) -> str | None:
     return by_name.get(wanted.lower().replace("_", "-"))
 
 
-@main.command("rule")
+@main.command("rule", short_help="Show one rule's reference page, by code or by name.")
 @click.argument("code")
 def rule_command(code: str) -> None:
     """Show a rule's reference page (CODE: its code, DDP101, or name, missing-set-epoch)."""

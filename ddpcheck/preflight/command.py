@@ -43,8 +43,30 @@ Examples:
 POSITIVE = click.IntRange(min=1)
 
 
+# --help lists the options by the mode they belong to (script mode reads the job
+# from the script, so a factory-mode option there is a usage error).
+HELP_BOTH = "Both modes"
+HELP_FACTORY = "Factory mode only (the job described by options)"
+HELP_SCRIPT = "Script mode only (ddpcheck preflight [OPTIONS] -- SCRIPT [ARGS...])"
+SCRIPT_ONLY = ("steps",)
+SCRIPT_ROW = ("-- SCRIPT [ARGS...]", "Your training script and its own arguments (or -- -m MODULE "
+                                     "[ARGS...]), run on --gpus ranks.")
+
+
+def option_mode(name: str) -> str:
+    """The --help section of the option whose parameter is `name`."""
+    from ddpcheck.preflight.script.command import FACTORY_ONLY
+
+    if name in FACTORY_ONLY:
+        return HELP_FACTORY
+    if name in SCRIPT_ONLY:
+        return HELP_SCRIPT
+    return HELP_BOTH
+
+
 class PreflightCommand(click.Command):
-    """Bad option values print one line (``ddpcheck: error: ...``), like the rest."""
+    """Bad option values print one line (``ddpcheck: error: ...``), like the rest;
+    --help groups the options by mode."""
 
     def parse_args(self, ctx, args):
         try:
@@ -52,8 +74,20 @@ class PreflightCommand(click.Command):
         except click.UsageError as exc:
             raise UsageError(exc.format_message()) from None
 
+    def format_options(self, ctx, formatter):
+        sections = {HELP_BOTH: [], HELP_FACTORY: [], HELP_SCRIPT: [SCRIPT_ROW]}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None and isinstance(param, click.Option):
+                sections[option_mode(param.name)].append(record)
+        for title, rows in sections.items():
+            with formatter.section(title):
+                formatter.write_dl(rows)
+
 
 @click.command("preflight", cls=PreflightCommand, epilog=EXAMPLES,
+               short_help="Run the job for a few seconds on real processes first: factory "
+                          "mode, or your own script after --.",
                context_settings={"help_option_names": ["-h", "--help"],
                                  "max_content_width": 100})
 @click.option("--gpus", type=POSITIVE, default=None, metavar="N",
@@ -117,22 +151,23 @@ class PreflightCommand(click.Command):
 @click.option("--bandwidth-size", type=SIZE, default=None, metavar="SIZE",
               help="all_reduce size for the bandwidth figure. Default: 256MiB NCCL, 16MiB gloo.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
-              show_default=True)
+              show_default=True, help="The report as text, or as JSON for CI.")
 @click.option("--steps", type=POSITIVE, default=None, metavar="K",
-              help="Script mode: batches per epoch (the last batch first). Default: 3.")
+              help="Batches served per epoch, the last batch first. Default: 3.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SCRIPT ARGS...]")
 def preflight(steps, script_args, **kwargs) -> None:
-    """A tiny real distributed run before the real job: process group and collectives,
-    memory of one training step, and the data-set arithmetic.
+    """A tiny real distributed run before the real job, on torch's own launcher
+    (inside torchrun or srun, this process is one rank).
 
-    Workers start on torch's own elastic launcher; inside torchrun or srun,
-    this process is the worker. Exit 0 when nothing FAILs, 1 when a check
-    FAILs, 2 for usage errors.
+    \b
+    Factory mode describes the job with options: the process group and its
+    collectives, the data-set arithmetic (--dataset-size), the memory of one
+    training step of your model (--model).
+    Script mode (-- SCRIPT ARGS...) runs your own training script on --gpus
+    ranks: a few steps per epoch, the last batch first, into epoch 2, its
+    writes kept out of your folders, reported beside `ddpcheck lint`.
 
-    With `-- SCRIPT ARGS...` (or `-- -m MODULE ARGS...`) it runs your own training
-    script instead: a few steps per epoch, the last batch first, into the next
-    epoch, with its writes kept out of your folders, and reports what it saw
-    beside `ddpcheck lint`'s findings.
+    Exit 0 when nothing FAILs, 1 when a check FAILs, 2 for usage errors.
     """
     opts = PreflightOptions(**kwargs)
     if script_args:
