@@ -5,6 +5,7 @@ code. Kept apart from click so tests can drive it directly."""
 
 from __future__ import annotations
 
+import codecs
 import os
 import sys
 from dataclasses import dataclass
@@ -232,7 +233,7 @@ def run_stdin(options: LintOptions, the_plan: Plan) -> int:
 
         outcome = fix_text(text, name, settings, options.unsafe_fixes)
         if options.diff:
-            diff = unified_diff(outcome)
+            diff = unified_diff(outcome, "utf-8-sig" if raw.startswith(codecs.BOM_UTF8) else "utf-8")
             click.echo(diff, nl=False)
             if not options.quiet:
                 click.echo(f"Would fix {report.plural(len(outcome.applied), 'finding')}.", err=True)
@@ -267,7 +268,7 @@ def run_fix(options: LintOptions, the_plan: Plan, tasks, results: list[FileResul
     """Fix the files whose findings carry an applicable fix: write them (--fix)
     or print the unified diff (--diff, nothing written)."""
     from ddpcheck.lint.fixes import fix_text, unified_diff
-    from ddpcheck.parse.source import read_source
+    from ddpcheck.parse.source import read_source_encoded
     from ddpcheck.findings import SourceError
 
     task_of = {t.path: t for t in tasks}
@@ -279,7 +280,7 @@ def run_fix(options: LintOptions, the_plan: Plan, tasks, results: list[FileResul
         if r.error is not None or not any(report.fixable(f, options.unsafe_fixes) for f in r.findings):
             continue
         try:
-            text = read_source(r.path)
+            text, encoding = read_source_encoded(r.path)
         except SourceError:
             continue
         outcome = fix_text(text, r.path, task_of[r.path].settings, options.unsafe_fixes)
@@ -287,10 +288,10 @@ def run_fix(options: LintOptions, the_plan: Plan, tasks, results: list[FileResul
             continue
         applied[r.path] = outcome.applied
         if options.diff:
-            diffs.append(unified_diff(outcome))
+            diffs.append(unified_diff(outcome, encoding))
             continue
         try:
-            _write_source(r.path, outcome.fixed)
+            _write_source(r.path, outcome.fixed, encoding)
         except OSError as exc:
             write_errors.append((r.path, FileError(ErrorKind.UNREADABLE,
                                                    f"cannot write the fixed file: {exc.strerror or exc}")))
@@ -320,13 +321,13 @@ def run_fix(options: LintOptions, the_plan: Plan, tasks, results: list[FileResul
     return exit_code(final, bool(input_errors or write_errors), the_plan.fail_on, options.exit_zero)
 
 
-def _write_source(path: str, text: str) -> None:
-    """Write a fixed file back with the original's BOM; libcst kept its line endings."""
-    raw = Path(path).read_bytes()
-    bom = b"\xef\xbb\xbf" if raw.startswith(b"\xef\xbb\xbf") else b""
+def _write_source(path: str, text: str, encoding: str) -> None:
+    """Write a fixed file back in the encoding it was read in (`utf-8-sig` puts
+    the BOM back, a PEP 263 cookie's encoding stays); libcst kept its line endings."""
+    data = text.encode(encoding)
     tmp = f"{path}.ddpcheck-fix.tmp"
     with open(tmp, "wb") as handle:
-        handle.write(bom + text.encode("utf-8"))
+        handle.write(data)
     try:
         os.chmod(tmp, os.stat(path).st_mode & 0o7777)
     except OSError:
@@ -340,7 +341,7 @@ def run_add_noqa(results: list[FileResult], had_input_error: bool) -> int:
     """Write a `# noqa: CODE` on every reported line (adopting ddpcheck on a
     big repo: today's findings are accepted, new ones fail)."""
     from ddpcheck.lint.noqa import add_noqa
-    from ddpcheck.parse.source import read_source
+    from ddpcheck.parse.source import read_source_encoded
     from ddpcheck.findings import SourceError
 
     added = 0
@@ -349,12 +350,12 @@ def run_add_noqa(results: list[FileResult], had_input_error: bool) -> int:
         if r.error is not None or not findings:
             continue
         try:
-            text = read_source(r.path)
+            text, encoding = read_source_encoded(r.path)
         except SourceError:
             continue
         new_text, changed = add_noqa(text, findings)
         if changed:
-            _write_source(r.path, new_text)
+            _write_source(r.path, new_text, encoding)
             added += changed
     click.echo(f"Added {report.plural(added, 'noqa directive')}.", err=True)
     return EXIT_ERROR if had_input_error or report.unreadable(results) else EXIT_OK

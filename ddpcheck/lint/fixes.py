@@ -11,6 +11,7 @@ up to MAX_ROUNDS. An edit whose result would not compile is dropped."""
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import dataclass
 
 import libcst as cst
@@ -79,10 +80,33 @@ def _compiles(text: str) -> bool:
     return True
 
 
-def unified_diff(outcome: FixOutcome) -> str:
-    return "".join(difflib.unified_diff(
-        outcome.original.splitlines(keepends=True), outcome.fixed.splitlines(keepends=True),
-        fromfile=f"a/{outcome.path}", tofile=f"b/{outcome.path}"))
+NO_NEWLINE = b"\\ No newline at end of file\n"
+_LINE = re.compile(rb"[^\n]*\n|[^\n]+\Z")
+
+
+def _lines(data: bytes) -> list[bytes]:
+    """Lines as `patch` and `git apply` see them: split at b"\\n" only (a CR
+    stays part of its line; form feeds and U+2028 are not line breaks)."""
+    return _LINE.findall(data)
+
+
+def unified_diff(outcome: FixOutcome, encoding: str = "utf-8") -> bytes:
+    """The fix as a unified diff that `git apply` and `patch -p1` accept: the
+    lines are the file's own bytes (`encoding` is the one the file was read in,
+    so a PEP 263 cookie's encoding and a UTF-8 BOM come back as they were;
+    CRLF endings stay), and a last line without a newline is followed by the
+    `\\ No newline at end of file` marker. Empty when the fix changes nothing."""
+    if not outcome.changed:
+        return b""
+    path = outcome.path[2:] if outcome.path.startswith("./") else outcome.path
+    out = []
+    for line in difflib.diff_bytes(difflib.unified_diff, _lines(outcome.original.encode(encoding)),
+                                   _lines(outcome.fixed.encode(encoding)),
+                                   fromfile=f"a/{path}".encode(), tofile=f"b/{path}".encode()):
+        out.append(line)
+        if not line.endswith(b"\n"):
+            out.append(b"\n" + NO_NEWLINE)
+    return b"".join(out)
 
 
 # --- applying edits -------------------------------------------------------------------

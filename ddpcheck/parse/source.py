@@ -14,6 +14,13 @@ from ddpcheck.findings import ErrorKind, SourceError
 
 def read_source(path: str) -> str:
     """Read a Python file as text, or raise SourceError with a one-line reason."""
+    return read_source_encoded(path)[0]
+
+
+def read_source_encoded(path: str) -> tuple[str, str]:
+    """(text, encoding): the text and the codec that gives back the file's bytes
+    from it (`utf-8-sig` when there is a BOM, a PEP 263 cookie's encoding);
+    SourceError as read_source."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -25,7 +32,14 @@ def read_source(path: str) -> str:
         raise SourceError("permission denied") from None
     except OSError as exc:  # symlink loops, I/O errors
         raise SourceError(exc.strerror or str(exc)) from None
-    return decode_source(data)
+    return decode_source(data), source_encoding(data)
+
+
+def source_encoding(data: bytes) -> str:
+    """The codec Python reads these source bytes with: `utf-8-sig` for a BOM,
+    a PEP 263 cookie's (normalised) name, else `utf-8`. Call after
+    decode_source accepted `data`."""
+    return tokenize.detect_encoding(io.BytesIO(data).readline)[0]
 
 
 def decode_source(data: bytes) -> str:
