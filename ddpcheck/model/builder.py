@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from ddpcheck.model.dataflow import Dataflow
+from ddpcheck.model.dataflow import Dataflow, Entry
 from ddpcheck.model.script import (
-    Assign, Binding, Branch, CallSite, Ctx, Exit, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
+    Assign, Binding, Branch, CallSite, ClassInfo, Ctx, Exit, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
 )
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
 from ddpcheck.model.reads import Division, chain_names, env_name, subscript_name
@@ -137,6 +137,7 @@ class ScriptBuilder:
         self.order = 0
         self.fn_stack: list[FunctionInfo | None] = [None]
         self.class_stack: list[str | None] = [None]
+        self.class_infos: list[ClassInfo | None] = [None]
         self.loop_stack: list[list[Loop]] = [[]]
         self.branches: list[Branch] = []
         self.block_exits: list[int] = []   # early-exit branches pushed per open block
@@ -195,10 +196,16 @@ class ScriptBuilder:
     def visit_ClassDef(self, node: cst.ClassDef) -> None:
         if self.fn_stack[-1] is None and self.class_stack[-1] is None:
             self.m.class_names.add(node.name.value)
+        info = ClassInfo(node.name.value, node, self._ref_ctx(),
+                         tuple(a.value for a in node.bases if a.keyword is None and not a.star))
+        self.m.classes.append(info)
+        self.m.class_of_node[id(node)] = info
         self.class_stack.append(node.name.value)
+        self.class_infos.append(info)
 
     def leave_ClassDef(self, node: cst.ClassDef) -> None:
         self.class_stack.pop()
+        self.class_infos.pop()
 
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.stmt = node
@@ -216,9 +223,15 @@ class ScriptBuilder:
             name=node.name.value, node=node, ctx=self.ctx(), class_name=self.class_stack[-1],
             params=params, decorators=decorators,
         )
+        cls = self.class_infos[-1]
+        if cls is not None and self.class_stack[-1] == cls.name:
+            info.cls = cls
+            cls.methods[info.name] = info
+            cls.all_methods.append(info)
         self.m.functions.append(info)
         self.fn_stack.append(info)
         self.class_stack.append(None)   # a nested class would push its own name
+        self.class_infos.append(None)
         self.loop_stack.append([])
         self.saved_branches.append((self.branches, self.block_exits))
         self.branches, self.block_exits = [], []
@@ -226,6 +239,7 @@ class ScriptBuilder:
     def leave_FunctionDef(self, node: cst.FunctionDef) -> None:
         self.fn_stack.pop()
         self.class_stack.pop()
+        self.class_infos.pop()
         self.loop_stack.pop()
         self.branches, self.block_exits = self.saved_branches.pop()
 
@@ -367,7 +381,7 @@ class ScriptBuilder:
         for t in node.targets:
             keys = target_keys(t.target)
             if len(keys) == 1 and not isinstance(t.target, (cst.Tuple, cst.List)):
-                self.m.assigns.append(Assign(keys[0], node.value, ctx, node))
+                self.m.assigns.append(Assign(keys[0], node.value, ctx, node, target=t.target))
                 continue
             flat = isinstance(t.target, (cst.Tuple, cst.List)) and all(
                 not isinstance(el, cst.StarredElement) and len(target_keys(el.value)) == 1
@@ -379,12 +393,12 @@ class ScriptBuilder:
     def visit_AnnAssign(self, node: cst.AnnAssign) -> None:
         if node.value is not None:
             for k in target_keys(node.target):
-                self.m.assigns.append(Assign(k, node.value, self.ctx(), node))
+                self.m.assigns.append(Assign(k, node.value, self.ctx(), node, target=node.target))
 
     def visit_AugAssign(self, node: cst.AugAssign) -> None:
         op = type(node.operator).__name__
         for k in target_keys(node.target):
-            self.m.assigns.append(Assign(k, node.value, self.ctx(), node, augmented=op))
+            self.m.assigns.append(Assign(k, node.value, self.ctx(), node, augmented=op, target=node.target))
 
     def visit_Name(self, node: cst.Name) -> None:
         if not self.in_target and node.value not in ("True", "False", "None"):
@@ -556,7 +570,7 @@ class ScriptBuilder:
             elif star == "**":
                 info.kwargs_param = param.name.value
         self.m.bindings.extend(params)
-        self.flow.enter_scope(params)
+        self.flow.enter_scope(params, entry=Entry(info))
         yield node.body
         self.flow.exit_scope()
         self.leave_FunctionDef(node)
@@ -610,6 +624,7 @@ class ScriptBuilder:
             names = () if isinstance(node.names, cst.ImportStar) else node.names
         ctx = self._ref_ctx()
         for alias in names:
+            self.m.import_of_alias[id(alias)] = node
             if alias.asname is not None and isinstance(alias.asname.name, cst.Name):
                 local = alias.asname.name.value
             else:
@@ -623,7 +638,7 @@ class ScriptBuilder:
         ctx = self._ref_ctx()
         params = [Binding(p.name.value, "lambda", p, ctx) for p, _ in _params_of(node.params)]
         self.m.bindings.extend(params)
-        self.flow.enter_scope(params)
+        self.flow.enter_scope(params, entry=Entry(self.fn_stack[-1], closure=True))
         yield node.body
         self.flow.exit_scope()
         self.opaque -= 1

@@ -32,6 +32,7 @@ from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import DDP_NAMES, DDP_NEED, call_site, exclusive, is_ddp_wrap, origins
 from ddpcheck.model.worlds import DISTRIBUTED, only_some_ranks
+from ddpcheck.model.flow import resolve_call
 
 # torch.distributed collectives -> their kind (barrier and monitored_barrier are one kind)
 COLLECTIVES = {
@@ -211,7 +212,7 @@ def calls_param(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0
             continue
         for a in c.node.args:
             if isinstance(a.value, cst.Name) and a.value.value == param:
-                target = model.resolve_call(c)
+                target = resolve_call(model, c)
                 if target is None:
                     continue
                 p = param_for_arg(target[1], c, a)
@@ -278,10 +279,10 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
         # A callee communicates if its module (or one it imports) names a
         # collective or a DDP wrap, or if it is handed a DDP model and runs its
         # forward; any other module is not parsed to find out.
-        target = model.resolve_call(c, EVENT_NEED)
+        target = resolve_call(model, c, EVENT_NEED)
         if target is None and model.may_reach(DDP_NEED) and any(
                 not a.star and holds_ddp(model, a.value, fn, c.ctx.order) is not None for a in c.node.args):
-            target = model.resolve_call(c)
+            target = resolve_call(model, c)
         if target is None or target[1] is fn:
             continue
         tmodel, tfn = target
@@ -361,7 +362,7 @@ def implies_initialized(model: ScriptModel, expr: cst.BaseExpression, positive: 
         if name and model.imports.qualify(name).rpartition(".")[2] in INITIALIZED_PREDICATES:
             return True
         site = call_site(model, expr)
-        target = model.resolve_call(site) if site is not None else None
+        target = resolve_call(model, site) if site is not None else None
         if target is not None and target[1].returns:
             tmodel, tfn = target
             return all(implies_initialized(tmodel, v, True, tfn, depth + 1) for v, _ in tfn.returns

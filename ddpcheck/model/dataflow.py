@@ -19,10 +19,11 @@ this records the set of bindings that can reach it:
   the body, every `continue`): for reaching definitions one pass and this
   substitution are the fixed point, so no loop is iterated by hand.
 
-`ENTRY` in a read's set means "a path from the start of the scope with no
-binding here": a parameter of an outer scope, a module global read in a
+An `Entry` in a read's set means "a path from the start of the scope with no
+binding here": a name of an enclosing function, a module global read in a
 function, an attribute set elsewhere (`self.x` assigned in `__init__`, read in
 `train()`): the value layer (model/flow.py) looks those up where they live.
+Each scope has its own Entry, which says which scope it is.
 
 A leaf of the model: it knows keys, bindings (any object) and nodes only.
 """
@@ -42,8 +43,19 @@ class _Marker:
         return self.name
 
 
-ENTRY = _Marker("ENTRY")
-ENTRY_SET: frozenset = frozenset({ENTRY})
+class Entry(_Marker):
+    """The start of a scope: `scope` is the function (None: the module);
+    `closure` for a lambda, whose free names are its enclosing function's
+    (read whenever the lambda runs)."""
+
+    __slots__ = ("scope", "closure")
+
+    def __init__(self, scope, closure: bool = False) -> None:
+        super().__init__("ENTRY")
+        self.scope = scope
+        self.closure = closure
+
+
 NOTHING: frozenset = frozenset()
 
 
@@ -72,9 +84,10 @@ class _TryFrame:
 
 
 class _Scope:
-    __slots__ = ("env", "default", "loops", "tries", "prefixes")
+    __slots__ = ("env", "default", "entry", "loops", "tries", "prefixes")
 
     def __init__(self, env: dict | None, default: frozenset) -> None:
+        self.entry = default          # the set "from the start of this scope"
         self.env = env                # key -> frozenset of bindings (and markers); None: unreachable
         self.default = default        # the set a key not in `env` holds
         self.loops: list[_LoopHead] = []
@@ -88,21 +101,25 @@ class Dataflow:
 
     def __init__(self) -> None:
         self.reach: dict[int, frozenset] = {}
-        self._scope = _Scope({}, ENTRY_SET)
+        self._scope = _Scope({}, frozenset({Entry(None)}))
         self._saved: list[_Scope] = []
         self.module_end: dict[str, frozenset] = {}
 
     # -- scopes ---------------------------------------------------------------------
-    def enter_scope(self, bindings: Iterable = (), inherit: bool = False) -> None:
-        """A function, lambda or comprehension body (fresh state, `bindings`
-        made at its entry: the parameters), or a class body (`inherit`: it
-        reads the enclosing state as it is when the class statement runs)."""
+    def enter_scope(self, bindings: Iterable = (), inherit: bool = False, entry: Entry | None = None) -> None:
+        """A function or lambda body (fresh state starting at `entry`,
+        `bindings` made at its entry: the parameters), or a class body or a
+        comprehension (`inherit`: it reads the enclosing state as it is when
+        it runs; its own bindings do not leak out)."""
         outer = self._scope
         self._saved.append(outer)
-        if inherit and outer.env is not None:
-            scope = _Scope(dict(outer.env), outer.default)
+        if inherit:
+            scope = _Scope(dict(outer.env) if outer.env is not None else None, outer.default)
+            scope.entry = outer.entry
+            scope.prefixes = set(outer.prefixes)
+            scope.loops = outer.loops   # its reads see the enclosing loops' tops: resolved with them
         else:
-            scope = _Scope({}, ENTRY_SET)
+            scope = _Scope({}, frozenset({entry if entry is not None else Entry(None)}))
         self._scope = scope
         for b in bindings:
             self.define(b.key, b)
@@ -166,7 +183,7 @@ class Dataflow:
         if key in scope.prefixes:
             dot, bracket = key + ".", key + "["
             for k in [k for k in env if k.startswith(dot) or k.startswith(bracket)]:
-                env[k] = ENTRY_SET   # the attribute of the new object: looked up where it lives
+                env[k] = scope.entry   # the attribute of the new object: looked up where it lives
 
     def end_path(self) -> None:
         """`return`, `raise`, `sys.exit()`: nothing after it on this path runs."""
@@ -314,4 +331,4 @@ class Dataflow:
         self.join(frame.ends)
 
 
-__all__ = ["Dataflow", "ENTRY", "ENTRY_SET", "NOTHING"]
+__all__ = ["Dataflow", "Entry", "NOTHING"]

@@ -24,6 +24,7 @@ from ddpcheck.model.memo import query
 from ddpcheck.model.values import is_ddp_wrap, is_dp_wrap
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 from ddpcheck.model.names import dotted_name, string_value
+from ddpcheck.model.flow import callees, first_call_reaching, resolve_call
 
 PER_RANK = "per_rank"
 FIXED = "fixed"
@@ -147,7 +148,7 @@ def initialises_cuda(model: ScriptModel, site: CallSite) -> bool:
 
 def function_cuda_init(model: ScriptModel, fn: FunctionInfo | None) -> CallSite | None:
     """The first call in `fn` that initialises CUDA, itself or in a helper it calls."""
-    return model.first_call_reaching(fn, initialises_cuda)
+    return first_call_reaching(model, fn, initialises_cuda)
 
 
 # -- picking the GPU per rank ----------------------------------------------------------
@@ -164,7 +165,7 @@ def sets_device_call(model: ScriptModel, site: CallSite) -> bool:
 
 
 def function_sets_device(model: ScriptModel, fn: FunctionInfo | None) -> bool:
-    return model.first_call_reaching(fn, sets_device_call) is not None
+    return first_call_reaching(model, fn, sets_device_call) is not None
 
 
 @query
@@ -177,13 +178,13 @@ def script_sets_device(model: ScriptModel) -> bool | None:
     if any(sets_device_call(model, c) for c in model.calls):
         result = True
     else:
-        for m, fn, _ in model.callees(model.calls, depth=4):
+        for m, fn, _ in callees(model, model.calls):
             if any(sets_device_call(m, c) for c in m.calls_in(fn)):
                 result = True
                 break
     if result is False:
         for c in model.calls:
-            if is_init_call(model, c) or model.resolve_call(c) is not None:
+            if is_init_call(model, c) or resolve_call(model, c) is not None:
                 continue
             if c in init_calls(model) or (c.attr and DEVICE_HELPER_NAME.search(c.attr)):
                 result = None
@@ -252,7 +253,7 @@ def init_sites(model: ScriptModel, call: CallSite, depth: int = 0) -> list[tuple
         return [(model, call)]
     if depth > 3:
         return []
-    target = model.resolve_call(call)
+    target = resolve_call(model, call)
     if target is None:
         return []
     tmodel, fn = target
@@ -334,7 +335,7 @@ def module_device(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fu
             return p
         if site.attr in _MODULE_CHAIN and site.receiver is not None:
             return module_device(model, site.receiver, scope, before, class_name, depth + 1)
-        target = model.resolve_call(site)
+        target = resolve_call(model, site)
         kinds = NOTHING
         if target is not None:
             tmodel, fn = target

@@ -9,6 +9,7 @@ import re
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import FunctionInfo, ScriptModel
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
+from ddpcheck.model.flow import callees, resolve_call
 
 # A helper we cannot see whose name says it starts the process group.
 INIT_HELPER_NAME = re.compile(r"(init|setup|set_up|start).*(dist|ddp|process_group)|(dist|ddp).*(init|setup)", re.I)
@@ -30,7 +31,7 @@ def function_inits(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool
     result = any(is_init_call(model, c) for c in model.calls_in(fn))
     if not result and depth < 3:
         for c in model.calls_in(fn):
-            target = model.resolve_call(c, INIT_NEED)
+            target = resolve_call(model, c, INIT_NEED)
             if target is not None and function_inits(target[0], target[1], depth + 1):
                 result = True
                 break
@@ -50,7 +51,7 @@ def init_calls(model: ScriptModel) -> list:
         # A call named like an init helper is resolved whatever its module
         # says (unresolved, its name is the evidence); any other only into a
         # module that can reach init_process_group.
-        target = model.resolve_call(c) if named_like_init else model.resolve_call(c, INIT_NEED)
+        target = resolve_call(model, c) if named_like_init else resolve_call(model, c, INIT_NEED)
         if target is not None:
             if function_inits(*target):
                 found.append(c)
@@ -89,9 +90,9 @@ def script_destroys(model: ScriptModel) -> bool | None:
     result: bool | None = False
     if model.references.get("destroy_process_group"):
         result = True
-    elif any(is_destroy_call(m, c) for m, fn, _ in model.callees(model.calls, depth=4) for c in m.calls_in(fn)):
+    elif any(is_destroy_call(m, c) for m, fn, _ in callees(model, model.calls) for c in m.calls_in(fn)):
         result = True
-    elif any(model.resolve_call(c) is None and c.attr and DESTROY_HELPER_NAME.search(c.attr)
+    elif any(resolve_call(model, c) is None and c.attr and DESTROY_HELPER_NAME.search(c.attr)
              and not (c.qual or "").startswith("torch.") for c in model.calls):
         result = None
     return result

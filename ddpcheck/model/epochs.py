@@ -14,6 +14,7 @@ from ddpcheck.model.flow import loops_in
 from ddpcheck.model.script import CallSite, FunctionInfo, Loop, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import iterated_keys
+from ddpcheck.model.flow import resolve_call
 
 
 @dataclass(frozen=True)
@@ -33,7 +34,7 @@ def param_loops(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0
         idx = arg_index(call, param)
         if idx is None:
             continue
-        target = model.resolve_call(call)
+        target = resolve_call(model, call)
         if target is not None:
             p = param_for(target[1], call, idx)
             if p:
@@ -80,7 +81,7 @@ def epoch_loops(model: ScriptModel, loader_key: str, scope: FunctionInfo | None)
         idx = arg_index(call, loader_key)
         if idx is None:
             continue
-        target = model.resolve_call(call)
+        target = resolve_call(model, call)
         if target is None:
             continue
         tmodel, fn = target
@@ -124,6 +125,6 @@ def _method_epoch_loops(model: ScriptModel, cls: str, attr: str) -> Iterator[Epo
         for call in model.calls_in(f):
             if not call.ctx.loops:
                 continue
-            target = model.resolve_call(call)
+            target = resolve_call(model, call)
             if target is not None and target[0] is model and id(target[1]) in iterating:
                 yield EpochLoop(call.ctx.loops[-1], call)

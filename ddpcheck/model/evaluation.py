@@ -21,6 +21,7 @@ from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel
 from ddpcheck.model.values import LoaderInfo, iterated_keys
 
 from ddpcheck.model.vocabulary import EVAL_FUNCTION, EVAL_LOADER_NAME, TRAIN_NAME  # noqa: E402
+from ddpcheck.model.flow import resolve_call
 
 
 @dataclass(frozen=True)
@@ -65,7 +66,7 @@ def _receiving_scopes(model: ScriptModel, loader: LoaderInfo) -> list[FunctionIn
             continue
         value = a.node.value
         site = model.site_of.get(id(value)) if isinstance(value, cst.Call) else None
-        target = model.resolve_call(site) if site is not None else None
+        target = resolve_call(model, site) if site is not None else None
         if target is not None and target[1] is fn and a.ctx.function not in scopes:
             scopes.append(a.ctx.function)
     return scopes
@@ -104,7 +105,7 @@ def _loops_in(model: ScriptModel, key: str, scope: FunctionInfo | None) -> list[
         idx = arg_index(call, key)
         if idx is None:
             continue
-        target = model.resolve_call(call)
+        target = resolve_call(model, call)
         if target is None:
             continue
         param = param_for(target[1], call, idx)

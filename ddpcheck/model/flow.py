@@ -1,72 +1,55 @@
-"""Value flow: what an expression may hold, followed the way a reader follows it.
+"""Value flow: what an expression can hold, by Python's own semantics.
 
 The question every data and checkpoint rule asks is "which object is this?":
 is the `loader` that `train()` iterates the one built with a DistributedSampler,
 is the `model` that `save_checkpoint()` saves the DDP wrapper. This module
-answers it once, for every rule.
+answers it once, for every rule, on top of the reaching definitions the
+builder records (model/dataflow.py).
 
-    value_of(model, expr, scope) -> Value
-        The objects `expr` (read in function `scope`, None: module level) may
-        hold. Followed: assignments (`a = b`, tuple unpacking, `x if c else y`,
-        `x or y`, chained `.cuda()` / `.to()`), returns of local functions in
-        the file or in local helper modules (tuples included:
-        `loader, sampler = build_loader(args)`), attributes of `self` across
-        the methods of a class, namespace attributes and keys (`args.x`,
-        `config.x`, `cfg["x"]`) set in another function of the file, module
-        globals. A parameter stays symbolic (`Param`) in the answer; see below.
+    value_of(model, expr) -> Value
+        The objects `expr` may hold where it is read. A name holds what the
+        bindings reaching that read bind (flow-sensitive: branches merge,
+        loops at their fixed point); a name bound in no enclosing scope on a
+        path is looked up where it lives (the enclosing function, the module,
+        the builtins). An attribute or key holds what its own bindings
+        reaching the read bind, else what the object holds under that name:
+        the attributes of an instance of a class of the tree are the
+        bindings of `self.<name>` in the methods of its class and its bases
+        (across modules), and of `obj.<name>` where `obj` holds it; a dict's
+        entries are its literal's and the `d["k"] = v` stores into it.
+        A call holds what the function it runs returns, its parameters bound
+        to the arguments (positional, keyword, defaults, `*args` / `**kwargs`
+        at the call and in the definition); a class call holds a new object
+        of the class (allocation site: the call); a library call a new object
+        made there, except the library methods that return their receiver
+        (model/library.py: `model = model.eval()` keeps the model).
+        Parameters stay symbolic (`Param`).
 
-    resolved(model, value) -> Value
-        `value` with the parameters of this file's functions replaced by what
-        the file's own call sites pass (positional, keyword, defaults;
-        `Trainer(...)` for `__init__`, `self.f(...)` for methods). A
-        parameter stays a `Param` when the function is also used in a way that
-        is not a call we can bind (`mp.spawn(main_worker, ...)`, a callback,
-        `*args` at the call), or has no caller in the file.
+    value_at(model, expr) -> Value       value_of with the parameters of this
+        file's functions replaced by what the file's own call sites pass.
 
-    value_at(model, expr, scope) -> Value      resolved(value_of(...))
+    call_targets(model, site) / resolve_call(model, site) -> the functions of
+        the tree a call runs: a function (through any alias: `step = train;
+        step()`), a method through the class hierarchy of its receiver (across
+        modules), a constructor (`__init__`, inherited too), `__call__` of an
+        object, `super()`; imports resolved the way Python resolves them
+        (model/project.py).
 
-    bind(model, call, value) -> Value
-        A value computed inside the function `call` lands in (in this file
-        or a helper module), seen from the call: its `Param`s become what
-        the call passes. This is how a value crosses into and out of a module.
+    iterated(model, expr) / passes(model, fn) / ...: what a `for` consumes.
 
-    iterated(model, expr, scope) -> Value
-        What a `for` over `expr` consumes: through `enumerate`, `tqdm`, `zip`,
-        `iter`, `itertools.cycle`/`chain`/`islice`, `metric_logger.log_every(...)`
-        and other wrappers of the loader, and through local generators
-        (`def sample_data(loader): while True: for b in loader: yield b`;
-        `yield from loader`).
+A Value is a frozenset of atoms. Known objects: `Made` (made by a call the
+engine does not look inside: a library call, or a class of the tree being
+instantiated), `Const`, `Func`, `Class`, `Lib` (a library name), `Module`,
+`Bound` (a method of the tree bound to its object), `Seq` (a tuple or list),
+`Mapping` (a dict), `Super`, `Imported` (a name imported from a module, not
+looked up until needed). Unknown: `Param` (a parameter whose arguments are
+not all known), `Member` (an attribute of an object the engine does not
+model: a library object's), `Opaque` (anything else). Unknown stays unknown:
+`value.known` is False as soon as one atom is unknown, and rules never
+report from an unknown value.
 
-    passes(model, fn) -> tuple[Pass, ...]
-        Every complete `for` pass over a value that running `fn` performs,
-        directly or in the functions it calls (the callee's parameters bound
-        to the call's arguments), with the loop that repeats the pass (its
-        epoch loop) when there is one on the way.
-
-    arguments_for(model, fn, name) -> tuple[Argument, ...] | None
-        The expressions the file's call sites pass for parameter `name` of
-        `fn`; None when some use of `fn` cannot be bound (see `resolved`).
-
-A Value is a frozenset of atoms:
-    Made(model, site)     the result of a call ddpcheck does not look inside:
-                          `DataLoader(...)`, `DistributedSampler(...)`,
-                          `DDP(model)`, `Trainer(...)`, a library call
-    Param(model, fn, name) a parameter whose arguments are not (all) known
-    Const(value)          a literal (`True`, `0`, `"module."`, None); `constant_of()`
-                          answers "which literal, for certain"
-    Opaque(why)           something not followed (a literal, arithmetic, a
-                          name nothing in the file assigns)
-
-Either-or values keep every arm: `DistributedSampler(ds) if args.distributed
-else RandomSampler(ds)` holds both Made atoms, and each atom's site keeps the
-branches it was made under (`site.ctx`), so "distributed when the distributed
-arm runs" is a question a rule can ask. Unknown stays unknown: a rule reports
-from a Made atom it recognises, never from a Param or an Opaque one, and treats
-`value.known is False` as "could be anything".
-
-Every query is memoised with `@query` (model/query.py); recursion (`a = b;
-b = a`, a function calling itself) answers the conservative EMPTY and is not
-cached below the cycle.
+Every question is memoised once per run (model/memo.py); recursion (`a = b;
+b = a`, a function calling itself) is a fixed point, never a depth limit.
 """
 
 from __future__ import annotations
@@ -76,16 +59,24 @@ from typing import Iterable, Iterator
 
 import libcst as cst
 
-from ddpcheck.model.names import dotted_name
+from ddpcheck.model.dataflow import Entry
+from ddpcheck.model.library import (
+    BUILTINS, CLASS_METHOD, ELEMENTS_OF_FIRST, ITERABLE_KEYWORDS, ITERATION_WRAPPERS, MANAGED_LOADERS,
+    NOT_ITERATING, PROPERTY, RETURNS_RECEIVER, STATIC,
+)
 from ddpcheck.model.memo import query
-from ddpcheck.model.script import CallSite, FunctionInfo, Loop, ScriptModel
+from ddpcheck.model.names import dotted_name, is_torch_api
+from ddpcheck.model.scan import Need
+from ddpcheck.model.script import Binding, CallSite, ClassInfo, FunctionInfo, Loop, ScriptModel
 
 
 # -- atoms and values ------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Made:
-    """The object a call returned, the call being one we do not look inside."""
+    """The object a call made, the call being one whose result the engine
+    does not look inside: a library call, or a class of the tree instantiated
+    (the allocation site of that object)."""
 
     model: ScriptModel
     site: CallSite
@@ -94,7 +85,6 @@ class Made:
         return f"Made({self.site.func or '?'}(...))"
 
     def is_api(self, *names: str) -> bool:
-        from ddpcheck.model.values import is_api_call
         return is_api_call(self.model, self.site, *names)
 
 
@@ -124,7 +114,137 @@ class Opaque:
     why: str
 
 
-Atom = Made | Param | Const | Opaque
+@dataclass(frozen=True)
+class Func:
+    """A function of the tree (not bound to an object)."""
+
+    model: ScriptModel
+    fn: FunctionInfo
+
+    def __repr__(self) -> str:
+        return f"Func({self.fn.qualname})"
+
+
+@dataclass(frozen=True)
+class Class:
+    """A class of the tree."""
+
+    model: ScriptModel
+    cls: ClassInfo
+
+    def __repr__(self) -> str:
+        return f"Class({self.cls.name})"
+
+
+@dataclass(frozen=True)
+class Lib:
+    """A library module, function or class, by its qualified name
+    (`torch.utils.data.DataLoader`), or a builtin (`enumerate`)."""
+
+    qual: str
+
+
+@dataclass(frozen=True)
+class Imported:
+    """`from pkg.mod import name` (names: ("name",)), `import pkg.mod` (no
+    names), and attributes read from them, before the module is looked up:
+    looking it up may mean parsing it, which is done only when a question
+    needs what it holds."""
+
+    model: ScriptModel
+    module: str
+    level: int
+    names: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"Imported({'.' * self.level}{self.module}:{'.'.join(self.names)})"
+
+
+@dataclass(frozen=True)
+class Module:
+    """A module of the tree."""
+
+    model: ScriptModel
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A method of a class of the tree, bound to an object (`self.save`, `trainer.fit`)."""
+
+    receiver: object
+    model: ScriptModel
+    fn: FunctionInfo
+
+    def __repr__(self) -> str:
+        return f"Bound({self.fn.qualname})"
+
+
+@dataclass(frozen=True)
+class Member:
+    """An attribute of an object the engine does not model (a library
+    object's method, an argparse namespace's option): unknown as a value,
+    but a call of it is known by its name (`parser.add_argument`)."""
+
+    receiver: object
+    name: str
+
+
+@dataclass(frozen=True)
+class Item:
+    """The entry `key` (a str) or element `key` (an int) of an object not
+    known here (a parameter): looked up again once the object is known."""
+
+    receiver: object
+    key: object
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    """`self.name(...)` at `site` in a method: which method runs depends on
+    the class of the object `self` holds (an override in a subclass wins).
+    `static` is what the method found from the method's own class returns;
+    once `param` (the `self`) is bound to a known object, the call is looked
+    up again on that object's class."""
+
+    model: ScriptModel
+    site: CallSite
+    name: str
+    param: Param
+    static: "Value"
+
+
+@dataclass(frozen=True, eq=False)
+class Seq:
+    """A tuple or list made at `node`; `items` None when its length or
+    elements are not known (a starred element)."""
+
+    model: ScriptModel
+    node: cst.CSTNode
+    items: tuple["Value", ...] | None
+
+
+@dataclass(frozen=True, eq=False)
+class Mapping:
+    """A dict made at `node` (a literal, `dict(...)`, the `**kwargs` of a
+    call); `entries` its literal entries; `open` when some entries are not
+    known (`{**other}`)."""
+
+    model: ScriptModel
+    node: cst.CSTNode | None
+    entries: tuple[tuple[object, "Value"], ...]
+    open: bool = False
+
+
+@dataclass(frozen=True)
+class Super:
+    """`super()` in a method of `cls`, for the object `receiver`."""
+
+    model: ScriptModel
+    cls: ClassInfo
+    receiver: object
+
+
+_KNOWN = (Made, Const, Func, Class, Lib, Imported, Module, Bound, Seq, Mapping, Super)
 
 
 @dataclass(frozen=True)
@@ -143,8 +263,8 @@ class Value:
 
     @property
     def known(self) -> bool:
-        """Every atom is a Made or Const one: nothing unknown can hide in this value."""
-        return bool(self.atoms) and all(isinstance(a, (Made, Const)) for a in self.atoms)
+        """Every atom is an object the engine knows: nothing unknown can hide in this value."""
+        return bool(self.atoms) and all(isinstance(a, _KNOWN) for a in self.atoms)
 
     @property
     def constant(self) -> object:
@@ -182,155 +302,12 @@ def union(values: Iterable[Value]) -> Value:
     return Value(frozenset(atoms)) if atoms else EMPTY
 
 
+def just(atom) -> Value:
+    return Value(frozenset((atom,)))
+
+
 def opaque(why: str) -> Value:
-    return Value(frozenset({Opaque(why)}))
-
-
-# Methods that return the object itself (or the same module moved): `DDP(m).cuda()`.
-CHAIN_METHODS = frozenset({"cuda", "to", "float", "half", "bfloat16", "train", "eval", "cpu", "double",
-                           "requires_grad_", "share_memory"})
-# Calls whose iteration is the iteration of their arguments.
-ITERATION_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "cycle", "chain", "islice",
-                                "reversed", "log_every", "track", "progress_bar", "Prefetcher",
-                                "DataPrefetcher", "data_prefetcher", "CudaDataLoader", "prefetch"})
-# Calls that take a loader but do not iterate it: `range(len(loader))`.
-NOT_ITERATING = frozenset({"range", "len", "int", "float", "str", "print", "min", "max", "isinstance",
-                           "hasattr", "getattr", "type", "id", "DistributedDataParallel", "DataParallel"})
-# Calls that hand the loader to a library that re-shards it and manages its sampler
-# (accelerate, ignite, Lightning Fabric): what iterating the result does is theirs.
-MANAGED_LOADERS = frozenset({"prepare", "prepare_data_loader", "auto_dataloader", "setup_dataloaders",
-                             "distribute_dataloader"})
-_ITERABLE_KEYWORDS = frozenset({"iterable", "loader", "data_loader", "dataloader", "iterator"})
-_MAX_DEPTH = 8
-
-
-# -- which function a name is read in ------------------------------------------
-
-def _key(expr: cst.BaseExpression) -> str | None:
-    """`x`, `self.x`, `args.x`, `cfg['x']`: the key assignments are recorded under."""
-    d = dotted_name(expr)
-    if d:
-        return d
-    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
-        base = dotted_name(expr.value)
-        idx = expr.slice[0].slice
-        if base and isinstance(idx, cst.Index) and isinstance(idx.value, cst.SimpleString):
-            return f"{base}[{idx.value.evaluated_value!r}]"
-    return None
-
-
-def assignments_anywhere(model: ScriptModel, key: str) -> tuple:
-    """Every write of `key` in the file, whatever function it is in (for a
-    namespace attribute set in one function and read in another)."""
-    return _assigns_by_key(model).get(key, ())
-
-
-@query(on_cycle=None)
-def _assigns_by_key(model: ScriptModel) -> dict:
-    by_key: dict = {}
-    for a in model.assigns:
-        by_key.setdefault(a.key, []).append(a)
-    return {k: tuple(v) for k, v in by_key.items()}
-
-
-@query(on_cycle=None)
-def _call_by_func_node(model: ScriptModel) -> dict:
-    return {id(c.node.func): c for c in model.calls}
-
-
-def loops_in(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Loop, ...]:
-    """The loops whose statement is directly in `fn` (None: module level)."""
-    return _loops_by_function(model).get(fn, ())
-
-
-@query(on_cycle=None)
-def _loops_by_function(model: ScriptModel) -> dict:
-    by_fn: dict = {}
-    for loop in model.loops:
-        by_fn.setdefault(loop.ctx.function, []).append(loop)
-    return {k: tuple(v) for k, v in by_fn.items()}
-
-
-def namespace_key(key: str) -> bool:
-    """`args.x`, `config.x`, `cfg['x']`: an attribute or key of an object
-    other than `self`, shared by every function that holds the object."""
-    return ("." in key or "[" in key) and not key.startswith("self.")
-
-
-def is_param(scope: FunctionInfo | None, name: str) -> FunctionInfo | None:
-    """The function (scope or one it is nested in) that has `name` as a parameter."""
-    fn = scope
-    while fn is not None:
-        if name in fn.params:
-            return fn
-        fn = fn.ctx.function
-    return None
-
-
-# -- value_of ---------------------------------------------------------------------
-
-@query(on_cycle=EMPTY)
-def value_of(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None,
-             stmt: cst.CSTNode | None = None) -> Value:
-    """What `expr`, read in `scope`, may hold (parameters stay symbolic).
-    `stmt`, the statement the read is in, when known: `loader = wrap(loader)`
-    reads `loader` from before that assignment, not from it."""
-    if expr is None:
-        return opaque("nothing")
-    if isinstance(expr, cst.IfExp):
-        return value_of(model, expr.body, scope, stmt) | value_of(model, expr.orelse, scope, stmt)
-    if isinstance(expr, cst.BooleanOperation):   # `sampler or None`, `a and b`
-        return value_of(model, expr.left, scope, stmt) | value_of(model, expr.right, scope, stmt)
-    if isinstance(expr, cst.NamedExpr):
-        return value_of(model, expr.value, scope, stmt)
-    if isinstance(expr, cst.Await):
-        return value_of(model, expr.expression, scope, stmt)
-    if isinstance(expr, cst.Call):
-        return _call_value(model, expr, scope)
-    literal = _literal(expr)
-    if literal is not UNKNOWN_CONSTANT:
-        return Value(frozenset({Const(literal)}))
-    key = _key(expr)
-    if key is not None:
-        found = _name_value(model, key, scope, stmt)
-        if isinstance(expr, cst.Subscript) and not any(isinstance(a, (Made, Param, Const)) for a in found.atoms):
-            # `loaders["train"]` with `loaders = {"train": DataLoader(...), ...}`
-            return entry_of(model, expr.value, expr.slice[0].slice.value.evaluated_value, scope)
-        return found
-    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1:
-        idx = expr.slice[0].slice
-        if isinstance(idx, cst.Index) and isinstance(idx.value, cst.Integer):
-            return element_of(model, expr.value, idx.value.evaluated_value, scope)
-    return opaque(type(expr).__name__)
-
-
-@query(on_cycle=EMPTY)
-def entry_of(model: ScriptModel, expr: cst.BaseExpression, name: object, scope: FunctionInfo | None) -> Value:
-    """The entry `name` of the dict `expr` holds: a dict literal, or a name
-    assigned one (`loaders = {"train": train_loader, "val": val_loader}`)."""
-    if isinstance(expr, cst.Dict):
-        for el in expr.elements:
-            if isinstance(el, cst.DictElement) and _literal(el.key) == name:
-                return value_of(model, el.value, scope)
-        return opaque("no such entry")
-    if isinstance(expr, cst.Call) and dotted_name(expr.func) == "dict":
-        for a in expr.args:
-            if a.keyword is not None and a.keyword.value == name:
-                return value_of(model, a.value, scope)
-        return opaque("no such entry")
-    if isinstance(expr, cst.Call):
-        site = model.site_of.get(id(expr))
-        target = model.resolve_call(site) if site is not None else None
-        if target is None or not target[1].returns:
-            return opaque("entry of a call not followed")
-        tmodel, fn = target
-        return bind(model, site, union(entry_of(tmodel, ret, name, fn) for ret, _ctx in fn.returns))
-    key = _key(expr)
-    if key is not None:
-        assigns = [a for a in model.assignments(key, scope) if a.augmented is None and a.value is not None]
-        if assigns:
-            return union(entry_of(model, a.value, name, a.ctx.function) for a in assigns)
-    return opaque("entry")
+    return just(Opaque(why))
 
 
 _NAMED_CONSTANTS = {"True": True, "False": False, "None": None}
@@ -339,7 +316,7 @@ _NAMED_CONSTANTS = {"True": True, "False": False, "None": None}
 def _literal(expr: cst.BaseExpression) -> object:
     if isinstance(expr, cst.Name) and expr.value in _NAMED_CONSTANTS:
         return _NAMED_CONSTANTS[expr.value]
-    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
+    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString, cst.ConcatenatedString)):
         try:
             return expr.evaluated_value
         except Exception:   # pragma: no cover - odd string prefixes
@@ -350,98 +327,1102 @@ def _literal(expr: cst.BaseExpression) -> object:
     return UNKNOWN_CONSTANT
 
 
-def constant_of(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None) -> object:
-    """The literal `expr` certainly holds (through names, parameters and
-    defaults), else UNKNOWN_CONSTANT."""
-    return value_at(model, expr, scope).constant
+# -- indexes of a model's facts ----------------------------------------------------
+
+@query(on_cycle={})
+def _functions_by_node(model: ScriptModel) -> dict[int, FunctionInfo]:
+    return {id(f.node): f for f in model.functions}
 
 
-def _in_statement(node: cst.CSTNode, stmt: cst.CSTNode | None) -> bool:
-    if stmt is None:
-        return False
-    if node is stmt:
-        return True
-    return isinstance(stmt, (cst.SimpleStatementLine, cst.SimpleStatementSuite)) and any(s is node for s in stmt.body)
+@query(on_cycle={})
+def _sites_by_func(model: ScriptModel) -> dict[int, CallSite]:
+    return {id(c.node.func): c for c in model.calls}
 
 
-def _name_value(model: ScriptModel, key: str, scope: FunctionInfo | None, stmt: cst.CSTNode | None = None) -> Value:
-    assigns = [a for a in model.assignments(key, scope) if a.augmented is None and not _in_statement(a.node, stmt)]
-    if not assigns and "." not in key and "[" not in key:
-        fn = is_param(scope, key)
-        if fn is not None:
-            return Value(frozenset({Param(model, fn, key)}))
-    if not assigns and namespace_key(key):
-        # a namespace attribute or key set in another function (`config.x = ...`
-        # in setup(), read in train()): every write of it in the file
-        assigns = [a for a in assignments_anywhere(model, key) if a.augmented is None]
-    if not assigns:
-        return opaque(f"unassigned {key}")
-    values = []
-    for a in assigns:
-        if a.value is not None:
-            values.append(value_of(model, a.value, a.ctx.function))
-        elif a.unpacked is not None:
-            values.append(element_of(model, a.unpacked[0], a.unpacked[1], a.ctx.function))
-        else:
-            values.append(opaque(f"starred {key}"))
-    return union(values)
+@query(on_cycle={})
+def _local_bindings(model: ScriptModel) -> dict[tuple[FunctionInfo, str], tuple]:
+    """(function, name) -> the bindings of a plain name that make it local to
+    the function (comprehension and lambda variables, class-body names and
+    names declared global are not the function's locals)."""
+    found: dict = {}
+    for b in model.bindings:
+        fn = b.ctx.function
+        if fn is None or b.kind in ("comp", "lambda") or b.ctx.class_name is not None:
+            continue
+        if "." in b.key or "[" in b.key or b.key in fn.declared_global:
+            continue
+        found.setdefault((fn, b.key), []).append(b)
+    return {k: tuple(v) for k, v in found.items()}
+
+
+@query(on_cycle={})
+def _global_bindings(model: ScriptModel) -> dict[str, tuple]:
+    """Bindings of module names made in functions that declare them `global`."""
+    found: dict = {}
+    for b in model.bindings:
+        fn = b.ctx.function
+        if fn is not None and b.key in fn.declared_global:
+            found.setdefault(b.key, []).append(b)
+    return {k: tuple(v) for k, v in found.items()}
+
+
+@query(on_cycle={})
+def _bindings_by_key(model: ScriptModel) -> dict[str, tuple]:
+    found: dict = {}
+    for b in model.bindings:
+        found.setdefault(b.key, []).append(b)
+    return {k: tuple(v) for k, v in found.items()}
+
+
+def bindings_of(model: ScriptModel, key: str) -> tuple:
+    """Every binding of `key` in the file, in whatever function."""
+    return _bindings_by_key(model).get(key, ())
+
+
+@query(on_cycle={})
+def _stores_by_member(model: ScriptModel) -> dict[str, tuple]:
+    """`.name` / `['name']` -> the assignments `obj.name = v` / `obj['name'] = v`
+    of the file whose target is an attribute or key of a plain name."""
+    found: dict = {}
+    for a in model.assigns:
+        target = a.target
+        if isinstance(target, cst.Attribute) and isinstance(target.value, cst.Name):
+            found.setdefault("." + target.attr.value, []).append(a)
+        elif isinstance(target, cst.Subscript) and isinstance(target.value, cst.Name) and "[" in a.key:
+            found.setdefault(a.key[a.key.index("["):], []).append(a)
+    return {k: tuple(v) for k, v in found.items()}
+
+
+# -- value_of ---------------------------------------------------------------------
+
+def value_of(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None = None,
+             stmt: cst.CSTNode | None = None) -> Value:
+    """What `expr` may hold where it is read (parameters stay symbolic).
+    `scope` and `stmt` are not needed: a read knows its place."""
+    if expr is None:
+        return opaque("nothing")
+    return settled(_value(model, expr))
+
+
+def settled(value: Value) -> Value:
+    """`value` with the calls whose method depends on a still unknown `self`
+    (Dispatch) replaced by the method of the class they are written in."""
+    if not any(isinstance(a, Dispatch) for a in value.atoms):
+        return value
+    return union(settled(a.static) if isinstance(a, Dispatch) else just(a) for a in value.atoms)
 
 
 @query(on_cycle=EMPTY)
-def element_of(model: ScriptModel, expr: cst.BaseExpression, index: int, scope: FunctionInfo | None) -> Value:
-    """The `index`-th element of the tuple `expr` holds: a tuple literal, or a
-    local function's `return a, b`."""
-    if isinstance(expr, (cst.Tuple, cst.List)):
-        els = expr.elements
-        if any(isinstance(e, cst.StarredElement) for e in els[: index + 1]):
-            return opaque("starred element")
-        return value_of(model, els[index].value, scope) if index < len(els) else opaque("short tuple")
-    if isinstance(expr, cst.Call):
-        site = model.site_of.get(id(expr))
-        target = model.resolve_call(site) if site is not None else None
-        if target is None:
-            return opaque("element of a call not followed")
-        tmodel, fn = target
-        if not fn.returns:
-            return opaque("no return")
-        inner = union(element_of(tmodel, ret, index, fn) for ret, _ctx in fn.returns)
-        return bind(model, site, inner)
-    key = _key(expr)
-    if key is not None:
-        assigns = [a for a in model.assignments(key, scope) if a.augmented is None and a.value is not None]
-        if assigns:
-            return union(element_of(model, a.value, index, a.ctx.function) for a in assigns)
+def _value(model: ScriptModel, expr: cst.BaseExpression) -> Value:
+    kind = type(expr)
+    if kind is cst.Name:
+        name = expr.value
+        if name in _NAMED_CONSTANTS:
+            return just(Const(_NAMED_CONSTANTS[name]))
+        return _read(model, expr, name)
+    if kind is cst.Attribute:
+        return _read(model, expr, None)
+    if kind is cst.Call:
+        return _call_value(model, expr)
+    if kind is cst.Subscript:
+        return _subscript_value(model, expr)
+    if kind is cst.IfExp:
+        return _value(model, expr.body) | _value(model, expr.orelse)
+    if kind is cst.BooleanOperation:   # `sampler or None`, `a and b`
+        return _value(model, expr.left) | _value(model, expr.right)
+    if kind in (cst.Tuple, cst.List):
+        return just(Seq(model, expr, _items(model, expr.elements)))
+    if kind is cst.Dict:
+        return just(_dict_literal(model, expr))
+    if kind is cst.NamedExpr:
+        return _value(model, expr.value)
+    if kind is cst.Await:
+        return _value(model, expr.expression)
+    literal = _literal(expr)
+    if literal is not UNKNOWN_CONSTANT:
+        return just(Const(literal))
+    return opaque(kind.__name__)
+
+
+def _items(model: ScriptModel, elements) -> tuple[Value, ...] | None:
+    if any(isinstance(e, cst.StarredElement) for e in elements):
+        return None
+    return tuple(_value(model, e.value) for e in elements)
+
+
+def _dict_literal(model: ScriptModel, expr: cst.Dict) -> Mapping:
+    entries: list = []
+    open_ = False
+    for el in expr.elements:
+        if isinstance(el, cst.DictElement):
+            key = _literal(el.key)
+            if key is UNKNOWN_CONSTANT:
+                open_ = True
+                continue
+            entries.append((key, _value(model, el.value)))
+        else:   # `**other`: its entries when it is a known dict
+            inner = _value(model, el.value)
+            maps = [a for a in inner.atoms if isinstance(a, Mapping)]
+            if len(maps) != len(inner.atoms) or not maps:
+                open_ = True
+            for m in maps:
+                entries.extend(_mapping_entries(m))
+                open_ = open_ or m.open
+    return Mapping(model, expr, tuple(entries), open_)
+
+
+def _read(model: ScriptModel, node: cst.BaseExpression, name: str | None) -> Value:
+    """A name (`name`) or a dotted name read at `node`: the bindings reaching
+    it, and where a path reaches it unbound, what it holds where it lives."""
+    reach = model.reach.get(id(node))
+    if reach is None:
+        if name is None and isinstance(node, cst.Attribute):
+            return _attribute(model, _value(model, node.value), node.attr.value)
+        return opaque("not walked")
+    out = []
+    for b in reach:
+        if isinstance(b, Entry):
+            if name is not None:
+                out.append(_outer_value(model, name, b))
+            else:
+                out.append(_member_read(model, node, b))
+        else:
+            out.append(binding_value(model, b))
+    return union(out)
+
+
+def _member_read(model: ScriptModel, node: cst.BaseExpression, entry: Entry) -> Value:
+    """`a.b` / `a['k']` with no binding of it reaching the read: the object's attribute or entry."""
+    if isinstance(node, cst.Attribute):
+        found = _attribute(model, _value(model, node.value), node.attr.value)
+        member = "." + node.attr.value
+    else:
+        found = _entry(model, _value(model, node.value), _subscript_key(node))
+        member = _subscript_member(node)
+    if not found.known and member is not None:
+        # an object the engine does not model (a parameter, a library namespace): every store
+        # of the same name in the file, as `config.x = ...` in setup() read in train()
+        key = dotted_name(node) if isinstance(node, cst.Attribute) else None
+        if key is None:
+            base = dotted_name(node.value)
+            key = f"{base}{member}" if base else None
+        if key is not None:
+            same = [b for b in bindings_of(model, key) if b.ctx.function is not entry.scope
+                    and getattr(b, "augmented", None) is None]
+            found = found | union(binding_value(model, b) for b in same)
+    return found
+
+
+def _subscript_key(node: cst.Subscript) -> object:
+    if len(node.slice) != 1 or not isinstance(node.slice[0].slice, cst.Index):
+        return UNKNOWN_CONSTANT
+    return _literal(node.slice[0].slice.value)
+
+
+def _subscript_member(node: cst.Subscript) -> str | None:
+    key = _subscript_key(node)
+    return f"[{key!r}]" if isinstance(key, str) else None
+
+
+def _subscript_value(model: ScriptModel, expr: cst.Subscript) -> Value:
+    key = _subscript_key(expr)
+    if isinstance(key, str) and id(expr) in model.reach:
+        return _read(model, expr, None)
+    base = _value(model, expr.value)
+    if key is UNKNOWN_CONSTANT:
+        return opaque("subscript")
+    if isinstance(key, int) and not isinstance(key, bool):
+        return element(model, base, key)
+    return _entry(model, base, key)
+
+
+@query(on_cycle=EMPTY)
+def binding_value(model: ScriptModel, b) -> Value:
+    """What a binding binds (model/script.py's Assign and Binding)."""
+    kind = b.kind
+    if kind == "assign":
+        if b.augmented is not None:
+            return opaque(f"{b.key} {b.augmented}")
+        if b.path is None:
+            return opaque("starred target")
+        node = b.node
+        value_expr = node.value if isinstance(node, (cst.Assign, cst.AnnAssign, cst.AugAssign)) else None
+        if value_expr is None:
+            return opaque("no value")
+        return element_path(model, _value(model, value_expr), b.path)
+    if kind == "param":
+        return just(Param(model, b.ctx.function, b.key))
+    if kind == "for":
+        return _target_value(model, iteration_element(model, _value(model, b.node.iter)), b.path)
+    if kind == "comp":
+        return _target_value(model, iteration_element(model, _value(model, b.node.iter)), b.path)
+    if kind == "import":
+        return just(_import_atom(model, b.node))
+    if kind == "def":
+        fn = _functions_by_node(model).get(id(b.node))
+        return just(Func(model, fn)) if fn is not None else opaque("def")
+    if kind == "class":
+        cls = model.class_of_node.get(id(b.node))
+        return just(Class(model, cls)) if cls is not None else opaque("class")
+    if kind == "walrus":
+        return _value(model, b.node.value)
+    if kind == "with":
+        return _target_value(model, _entered(model, _value(model, b.node.item)), b.path)
+    return opaque(kind)
+
+
+def _target_value(model: ScriptModel, value: Value, path) -> Value:
+    if path is None:
+        return opaque("starred target")
+    return element_path(model, value, path)
+
+
+def _import_atom(model: ScriptModel, alias: cst.ImportAlias) -> Imported:
+    """The value an import binds: `import a.b` binds `a`, `import a.b as c`
+    binds `a.b`, `from .m import n` binds `n` of `.m`."""
+    full = dotted_name(alias.name) or ""
+    statement = model.import_of_alias.get(id(alias))
+    if isinstance(statement, cst.ImportFrom):
+        module = dotted_name(statement.module) if statement.module is not None else ""
+        return Imported(model, module or "", len(statement.relative), (full,))
+    if alias.asname is not None:
+        return Imported(model, full, 0, ())
+    return Imported(model, full.split(".")[0], 0, ())
+
+
+def _outer_value(model: ScriptModel, name: str, entry: Entry) -> Value:
+    """A plain name reaching the start of its scope unbound: an unbound local
+    (nothing), or the name of an enclosing function, the module or the builtins."""
+    fn = entry.scope
+    locals_ = _local_bindings(model)
+    if not entry.closure:
+        if fn is None:
+            return _builtin(model, name)
+        if (fn, name) in locals_:
+            return EMPTY   # UnboundLocalError on this path
+        if name in fn.declared_global:
+            return module_name_value(model, name)
+        fn = fn.ctx.function
+    while fn is not None:
+        found = locals_.get((fn, name))
+        if found:
+            return union(binding_value(model, b) for b in found)   # a closure reads it when it runs
+        fn = fn.ctx.function
+    return module_name_value(model, name)
+
+
+@query(on_cycle=EMPTY)
+def module_name_value(model: ScriptModel, name: str) -> Value:
+    """What a module-level name holds once the module has run (for a function
+    reading it, and for another module importing it)."""
+    found = model.module_end.get(name)
+    extra = _global_bindings(model).get(name, ())
+    if found is None and not extra:
+        return _builtin(model, name)
+    out = [binding_value(model, b) for b in extra]
+    for b in found or ():
+        out.append(_builtin(model, name) if isinstance(b, Entry) else binding_value(model, b))
+    return union(out)
+
+
+def _builtin(model: ScriptModel, name: str) -> Value:
+    """A name no binding of the file gives: a name a star import brings from
+    a module of the tree, a builtin, or one from a library's star import."""
+    for star in model.imports.star_modules:
+        module = star.lstrip(".")
+        level = len(star) - len(module)
+        path = model.project.find_module(model.path, module, level)
+        scanned = model.project.scan_of(path) if path is not None else None
+        if scanned is not None and name in scanned.bound:
+            return just(Imported(model, module, level, (name,)))
+    if name in BUILTINS:
+        return just(Lib(name))
+    if model.imports.star_modules:
+        return just(Lib(name))   # from a library's star import: named, provenance unknown
+    return opaque(f"unassigned {name}")
+
+
+# -- imports -----------------------------------------------------------------------
+
+@query(on_cycle=EMPTY)
+def resolve_import(model: ScriptModel, imported: Imported, needs: Need = ()) -> Value:
+    """What an Imported reference is: a Module, a Func, a Class, a value of
+    a module of the tree, or a Lib for a library (`model`: the file the
+    import is in). With `needs`: a module of the tree that cannot reach what
+    the asker looks for is not parsed (the answer is then Opaque).
+    Re-exports are followed."""
+    return resolved_atoms(_resolve_import(imported, needs), needs)
+
+
+def _resolve_import(imported: Imported, needs: Need) -> Value:
+    model = imported.model
+    project = model.project
+    module, level, names = imported.module, imported.level, imported.names
+    path = project.find_module(model.path, module, level)
+    qual = ".".join(p for p in (module, *names) if p)
+    if path is None:
+        if level == 0:
+            return just(Lib(qual))
+        return opaque(f"module {'.' * level}{module} not found")
+    # the longest prefix of `names` that is a submodule: `from pkg import sub` then `sub.f`
+    consumed = 0
+    for i in range(len(names), 0, -1):
+        sub = ".".join(p for p in (module, *names[:i]) if p)
+        found = project.find_module(model.path, sub, level)
+        if found is not None:
+            path, consumed = found, i
+            break
+    rest = names[consumed:]
+    if rest:
+        # a scan of its text first: a module that neither defines nor imports the name (a
+        # constant, a typo), or cannot reach what the asker looks for, is never parsed
+        scanned = project.scan_of(path)
+        if scanned is None or rest[0] not in scanned.bound:
+            return opaque(f"{rest[0]} is not a function or class of {qual}")
+        if needs and not project.reaches(str(path), scanned, needs):
+            return opaque("module cannot reach what is asked")
+    target = project.model_for(path)
+    if target is None:
+        return opaque(f"module {qual} not read")
+    if not rest:
+        return just(Module(target))
+    value = module_name_value(target, rest[0])
+    for name in rest[1:]:
+        value = _attribute(target, value, name)
+    return value
+
+
+def resolved_atoms(value: Value, needs: Need = ()) -> Value:
+    """`value` with its Imported atoms looked up."""
+    if not any(isinstance(a, Imported) for a in value.atoms):
+        return value
+    return union(resolve_import(a.model, a, needs) if isinstance(a, Imported) else just(a) for a in value.atoms)
+
+
+# -- attributes --------------------------------------------------------------------
+
+def _attribute(model: ScriptModel, value: Value, name: str) -> Value:
+    return union(attribute_of(model, atom, name) for atom in value.atoms)
+
+
+@query(on_cycle=EMPTY)
+def attribute_of(model: ScriptModel, atom, name: str) -> Value:
+    """What `<atom>.name` holds."""
+    if isinstance(atom, Dispatch):
+        return _attribute(model, settled(just(atom)), name)
+    if isinstance(atom, Imported):
+        return just(Imported(atom.model, atom.module, atom.level, atom.names + (name,)))
+    if isinstance(atom, Lib):
+        return just(Lib(f"{atom.qual}.{name}"))
+    if isinstance(atom, Module):
+        if name in atom.model.module_end or name in _global_bindings(atom.model):
+            return module_name_value(atom.model, name)
+        sub = Imported(atom.model, "", 1, (name,))
+        return resolve_import(atom.model, sub)   # a submodule of the package
+    if isinstance(atom, Class):
+        return _class_attribute(atom.model, atom.cls, name, None)
+    if isinstance(atom, Super):
+        classes = mro(atom.model, atom.cls)[1:]
+        return _lookup(classes, name, atom.receiver)
+    cls = instance_class(model, atom)
+    if cls is not None:
+        return _instance_attribute(model, atom, cls, name)
+    return just(Member(atom, name))
+
+
+def _instance_attribute(model: ScriptModel, atom, cls: tuple[ScriptModel, ClassInfo], name: str) -> Value:
+    """`obj.name` for an object of a class of the tree: bound methods and
+    class attributes (through the bases), and what the methods store in
+    `self.name` and other code in `obj.name`."""
+    cmodel, info = cls
+    classes = mro(cmodel, info)
+    found = _lookup(classes, name, atom)
+    stored = union(_self_stores(m, c, name) for m, c in classes)
+    if isinstance(atom, Made):
+        stored = _bind_constructor(atom, stored)
+        stored = stored | _external_stores(atom.model, atom, name)
+        if model is not atom.model:
+            stored = stored | _external_stores(model, atom, name)
+    out = found | stored
+    if not out or _has_library_base(cmodel, info):
+        out = out | just(Member(atom, name))   # set by a library base class, or dynamically
+    return out
+
+
+def _lookup(classes: tuple[tuple[ScriptModel, ClassInfo], ...], name: str, receiver) -> Value:
+    """A method or class attribute `name`, first found along `classes`."""
+    for m, c in classes:
+        fn = c.methods.get(name)
+        if fn is not None:
+            decorators = {d.rpartition(".")[2] for d in fn.decorators}
+            if receiver is None or decorators & STATIC:
+                return just(Func(m, fn))
+            if decorators & PROPERTY:
+                return _returned(m, fn, receiver=receiver if isinstance(receiver, Value) else just(receiver))
+            if decorators & CLASS_METHOD:
+                return just(Bound(just(Class(m, c)), m, fn))
+            return just(Bound(receiver if isinstance(receiver, Value) else just(receiver), m, fn))
+        attrs = _class_body_bindings(m, c).get(name)
+        if attrs:
+            return union(binding_value(m, b) for b in attrs)
+    return EMPTY
+
+
+def _class_attribute(model: ScriptModel, cls: ClassInfo, name: str, receiver) -> Value:
+    found = _lookup(mro(model, cls), name, receiver)
+    return found if found else just(Member(Class(model, cls), name))
+
+
+@query(on_cycle={})
+def _class_body_bindings(model: ScriptModel, cls: ClassInfo) -> dict[str, tuple]:
+    found: dict = {}
+    for b in model.bindings:
+        if b.ctx.class_name == cls.name and b.ctx.function is cls.ctx.function and b.kind not in ("def",):
+            found.setdefault(b.key, []).append(b)
+    return {k: tuple(v) for k, v in found.items()}
+
+
+@query(on_cycle=EMPTY)
+def _self_stores(model: ScriptModel, cls: ClassInfo, name: str) -> Value:
+    """What the methods of `cls` store in `self.name` (wherever they run)."""
+    out = []
+    for fn in cls.all_methods:
+        params = list(fn.params)
+        if not params or {d.rpartition(".")[2] for d in fn.decorators} & (STATIC | CLASS_METHOD):
+            continue
+        for b in bindings_of(model, f"{params[0]}.{name}"):
+            if b.ctx.function is fn and getattr(b, "augmented", None) is None:
+                out.append(binding_value(model, b))
+    return union(out)
+
+
+def _external_stores(model: ScriptModel, atom, name: str) -> Value:
+    """`trainer.model = ...` in `model` where `trainer` holds `atom`."""
+    out = []
+    for a in _stores_by_member(model).get("." + name, ()):
+        if a.augmented is None and atom in _value(model, a.target.value).atoms:
+            out.append(binding_value(model, a))
+    return union(out)
+
+
+@query(on_cycle=False)
+def _has_library_base(model: ScriptModel, cls: ClassInfo) -> bool:
+    """Some base of the class is not a class of the tree (`nn.Module`, a
+    library's Dataset): its objects have attributes the engine does not see."""
+    for base in cls.bases:
+        for a in resolved_atoms(_value(model, base)).atoms:
+            if not isinstance(a, Class) or _has_library_base(a.model, a.cls):
+                return True
+    return False
+
+
+@query(on_cycle=())
+def mro(model: ScriptModel, cls: ClassInfo) -> tuple[tuple[ScriptModel, ClassInfo], ...]:
+    """The class and its bases of the tree (across modules), in lookup order."""
+    order: list = [(model, cls)]
+    for base in cls.bases:
+        for atom in resolved_atoms(_value(model, base)).atoms:
+            if isinstance(atom, Class):
+                for entry in mro(atom.model, atom.cls):
+                    if all(entry[1] is not c for _, c in order):
+                        order.append(entry)
+    return tuple(order)
+
+
+@query(on_cycle=None)
+def instance_class(model: ScriptModel, atom) -> tuple[ScriptModel, ClassInfo] | None:
+    """The class of the tree an object is an instance of: a `Made` by a call
+    of the class, or a method's `self`."""
+    if isinstance(atom, Made):
+        classes = {(a.model, a.cls) for a in resolved_atoms(_value(atom.model, atom.site.node.func)).atoms
+                   if isinstance(a, Class)}
+        return classes.pop() if len(classes) == 1 else None
+    if isinstance(atom, Param):
+        fn = atom.fn
+        if fn.cls is not None and fn.params and fn.params[0] == atom.name and \
+                not {d.rpartition(".")[2] for d in fn.decorators} & (STATIC | CLASS_METHOD):
+            return atom.model, fn.cls
+    return None
+
+
+def _bind_constructor(atom: Made, value: Value) -> Value:
+    """Attributes stored by `__init__` from its parameters, seen from the object made at `atom`."""
+    if not value.params:
+        return value
+    targets = call_targets(atom.model, atom.site)
+    if len(targets) != 1:
+        return value
+    tmodel, fn = targets[0]
+    return _bind(atom.model, atom.site, value, tmodel, fn, just(atom))
+
+
+# -- containers ----------------------------------------------------------------------
+
+def element(model: ScriptModel, value: Value, index: int) -> Value:
+    """The `index`-th element of what `value` holds (a tuple, a list)."""
+    out = []
+    for atom in value.atoms:
+        if isinstance(atom, Seq):
+            if atom.items is not None and -len(atom.items) <= index < len(atom.items):
+                out.append(atom.items[index])
+            else:
+                out.append(opaque("element"))
+        elif isinstance(atom, (Param, Member, Item)):
+            out.append(just(Item(atom, index)))   # looked up again once the object is known
+        elif isinstance(atom, Dispatch):
+            out.append(element(model, settled(just(atom)), index))
+        else:
+            out.append(opaque("element"))
+    return union(out)
+
+
+def element_path(model: ScriptModel, value: Value, path: tuple[int, ...]) -> Value:
+    for index in path:
+        value = element(model, value, index)
+    return value
+
+
+def _entry(model: ScriptModel, value: Value, key: object) -> Value:
+    out = []
+    for atom in value.atoms:
+        if isinstance(atom, Mapping):
+            out.append(mapping_entry(model, atom, key))
+        elif isinstance(atom, (Param, Member, Item)):
+            out.append(just(Item(atom, key)))
+        elif isinstance(atom, Dispatch):
+            out.append(_entry(model, settled(just(atom)), key))
+        else:
+            out.append(opaque("entry"))
+    return union(out)
+
+
+def _mapping_entries(m: Mapping) -> tuple:
+    return m.entries
+
+
+@query(on_cycle=EMPTY)
+def mapping_entry(model: ScriptModel, m: Mapping, key: object) -> Value:
+    """The entry `key` of a dict: its literal's, and the stores `d[key] = v`
+    into it (in the file that made it and the file asking)."""
+    found = mapping_lookup(model, m, key)
+    if found is None:
+        return opaque("no such entry")
+    return found
+
+
+@query(on_cycle=None)
+def mapping_lookup(model: ScriptModel, m: Mapping, key: object) -> Value | None:
+    """The entry `key` of a dict, None when it certainly has none (nothing
+    stores it and no unknown entries could)."""
+    out = [v for k, v in m.entries if k == key]
+    if isinstance(key, str):
+        for where in {m.model, model}:
+            for a in _stores_by_member(where).get(f"[{key!r}]", ()):
+                if a.augmented is None and m in _value(where, a.target.value).atoms:
+                    out.append(binding_value(where, a))
+    if out:
+        return union(out) | (opaque("entry of an open dict") if m.open else EMPTY)
+    return opaque("entry of an open dict") if m.open else None
+
+
+def iteration_element(model: ScriptModel, value: Value) -> Value:
+    """What a `for` over `value` binds each time: a tuple's or list's
+    elements, `(index, element)` for `enumerate`, a tuple per `zip`, a
+    dict's `items()`."""
+    return union(_element_of_atom(model, atom) for atom in value.atoms)
+
+
+@query(on_cycle=EMPTY)
+def _element_of_atom(model: ScriptModel, atom) -> Value:
+    if isinstance(atom, Seq):
+        return union(atom.items) if atom.items is not None else opaque("element")
+    if isinstance(atom, Mapping):
+        return union(just(Const(k)) for k, _ in atom.entries) or opaque("key")
+    if not isinstance(atom, Made):
+        return opaque("element")
+    site = atom.site
+    name = called_name(atom.model, site)
+    args = [a for a in site.node.args if not a.star]
+    if name == "enumerate" and args:
+        inner = iteration_element(atom.model, _value(atom.model, args[0].value))
+        return just(Seq(atom.model, site.node, (opaque("index"), inner)))
+    if name == "zip" and args:
+        items = tuple(iteration_element(atom.model, _value(atom.model, a.value)) for a in args)
+        return just(Seq(atom.model, site.node, items))
+    if name in ("items", "values", "keys") and isinstance(site.node.func, cst.Attribute):
+        receiver = _value(atom.model, site.node.func.value)
+        out = []
+        for r in receiver.atoms:
+            if isinstance(r, Mapping):
+                for k, v in r.entries:
+                    if name == "items":
+                        out.append(just(Seq(atom.model, site.node, (just(Const(k)), v))))
+                    else:
+                        out.append(v if name == "values" else just(Const(k)))
+            else:
+                out.append(opaque("element"))
+        return union(out)
+    if name == "chain" and args:
+        return union(iteration_element(atom.model, _value(atom.model, a.value)) for a in args)
+    if name in ELEMENTS_OF_FIRST and args:
+        return iteration_element(atom.model, _value(atom.model, args[0].value))
     return opaque("element")
 
 
-def _call_value(model: ScriptModel, expr: cst.Call, scope: FunctionInfo | None) -> Value:
+def _entered(model: ScriptModel, value: Value) -> Value:
+    """What `with x as y` binds: `__enter__` of an object of the tree (most return self)."""
+    out = []
+    for atom in value.atoms:
+        cls = instance_class(model, atom)
+        enter = _lookup(mro(*cls), "__enter__", atom) if cls is not None else EMPTY
+        bound = [a for a in enter.atoms if isinstance(a, Bound)]
+        out.append(union(_returned(b.model, b.fn, receiver=b.receiver) for b in bound) if bound
+                   else opaque("with"))
+    return union(out)
+
+
+# -- calls ---------------------------------------------------------------------------
+
+def _call_value(model: ScriptModel, expr: cst.Call) -> Value:
     site = model.site_of.get(id(expr))
     if site is None:
         return opaque("call")
-    func = expr.func
-    if isinstance(func, cst.Attribute) and func.attr.value in CHAIN_METHODS:
-        return value_of(model, func.value, scope)
-    target = model.resolve_call(site)
-    if target is None or is_generator(target[1]) or constructs(site, target[1]):
-        return Value(frozenset({Made(model, site)}))   # `Trainer(...)` runs __init__ but holds the new object
-    tmodel, fn = target
+    callee = resolved_atoms(_value(model, expr.func))
+    if not callee:
+        return just(Made(model, site))
+    return union(call_result(model, site, atom) for atom in callee.atoms)
+
+
+@query(on_cycle=EMPTY)
+def call_result(model: ScriptModel, site: CallSite, callee) -> Value:
+    """What `site` returns when its function is `callee`."""
+    if isinstance(callee, Func):
+        fn = callee.fn
+        if fn.yields:
+            return just(Made(model, site))   # a generator object, iterated later
+        receiver = None
+        if fn.cls is not None and fn.params and {d.rpartition(".")[2] for d in fn.decorators} & CLASS_METHOD:
+            receiver = just(Class(callee.model, fn.cls))
+        return _returned(callee.model, fn, model, site, receiver)
+    if isinstance(callee, Bound):
+        if callee.fn.yields:
+            return just(Made(model, site))
+        static = _returned(callee.model, callee.fn, model, site, callee.receiver)
+        selves = [a for a in callee.receiver.atoms if isinstance(a, Param)] if isinstance(callee.receiver, Value) else []
+        if len(selves) == 1 and len(callee.receiver.atoms) == 1 and instance_class(selves[0].model, selves[0]):
+            # `self.make()` in a method: the object's own class decides which `make` runs
+            return just(Dispatch(model, site, callee.fn.name, selves[0], static))
+        return static
+    if isinstance(callee, Class):
+        return just(Made(model, site))   # a new object of the class, made here
+    if isinstance(callee, Member):
+        return _member_call(model, site, callee)
+    if isinstance(callee, Lib):
+        return _library_call(model, site, callee.qual)
+    if isinstance(callee, Made):
+        cls = instance_class(model, callee)
+        if cls is not None:
+            call = _lookup(mro(*cls), "__call__", callee)
+            bound = [a for a in call.atoms if isinstance(a, Bound)]
+            if bound:
+                return union(_returned(b.model, b.fn, model, site, b.receiver) for b in bound)
+    return just(Made(model, site))
+
+
+def _member_call(model: ScriptModel, site: CallSite, callee: Member) -> Value:
+    name = callee.name
+    receiver = callee.receiver
+    if name in RETURNS_RECEIVER:
+        return receiver if isinstance(receiver, Value) else just(receiver)
+    if isinstance(receiver, Mapping) and name in ("get", "pop", "setdefault"):
+        args = [a for a in site.node.args if not a.star and a.keyword is None]
+        key = _literal(args[0].value) if args else UNKNOWN_CONSTANT
+        if key is not UNKNOWN_CONSTANT:
+            found = mapping_entry(model, receiver, key)
+            default = _value(model, args[1].value) if len(args) > 1 else just(Const(None))
+            return found | default
+    if isinstance(receiver, (Mapping, Seq)) and name == "copy":
+        return just(receiver)
+    return just(Made(model, site))
+
+
+def _library_call(model: ScriptModel, site: CallSite, qual: str) -> Value:
+    node = site.node
+    if qual == "dict":
+        entries = []
+        open_ = False
+        for a in node.args:
+            if a.keyword is not None:
+                entries.append((a.keyword.value, _value(model, a.value)))
+            else:
+                inner = _value(model, a.value)
+                maps = [x for x in inner.atoms if isinstance(x, Mapping)]
+                open_ = open_ or len(maps) != len(inner.atoms) or not maps
+                for m in maps:
+                    entries.extend(m.entries)
+                    open_ = open_ or m.open
+        return just(Mapping(model, node, tuple(entries), open_))
+    if qual in ("list", "tuple") and len(node.args) == 1 and not node.args[0].star:
+        inner = _value(model, node.args[0].value)
+        if inner.atoms and all(isinstance(a, Seq) for a in inner.atoms) and len(inner.atoms) == 1:
+            (seq,) = inner.atoms
+            return just(Seq(model, node, seq.items))
+    if qual == "super":
+        fn = site.ctx.function
+        if fn is not None and fn.cls is not None and fn.params:
+            return just(Super(model, fn.cls, _value_of_param(model, fn, fn.params[0])))
+    if qual == "getattr" and len(node.args) >= 2:
+        name = _literal(node.args[1].value)
+        if isinstance(name, str):
+            found = _attribute(model, _value(model, node.args[0].value), name)
+            if len(node.args) > 2:
+                found = found | _value(model, node.args[2].value)
+            return found
+    return just(Made(model, site))
+
+
+def _value_of_param(model: ScriptModel, fn: FunctionInfo, name: str) -> Value:
+    return just(Param(model, fn, name))
+
+
+def _returned(fmodel: ScriptModel, fn: FunctionInfo, model: ScriptModel | None = None,
+              site: CallSite | None = None, receiver: Value | None = None) -> Value:
+    """What `fn` returns, its parameters bound to the call `site` (in `model`)
+    when given, its first parameter to `receiver`."""
+    value = returns_of(fmodel, fn)
     if not fn.returns:
         return opaque(f"{fn.name}() returns nothing")
-    inner = union(value_of(tmodel, ret, fn) for ret, _ctx in fn.returns)
-    return bind(model, site, inner)
+    if site is None:
+        if receiver is not None and fn.params:
+            return _substitute(value, lambda p: receiver if p.fn is fn and p.name == fn.params[0] else None)
+        return value
+    return _bind(model, site, value, fmodel, fn, receiver)
 
 
-def constructs(site: CallSite, fn: FunctionInfo) -> bool:
-    """The call builds an object of `fn`'s class (`Logger(...)` resolved to
-    `Logger.__init__`), not a direct `super().__init__(...)`."""
-    return fn.name == "__init__" and fn.class_name is not None and site.attr != "__init__"
+@query(on_cycle=EMPTY)
+def returns_of(model: ScriptModel, fn: FunctionInfo) -> Value:
+    """What `fn` returns, its parameters symbolic."""
+    return union(_value(model, ret) for ret, _ctx in fn.returns)
 
 
-def is_generator(fn: FunctionInfo) -> bool:
-    return bool(fn.yields)
+# -- binding parameters to arguments ---------------------------------------------------
+
+def _bind(model: ScriptModel, site: CallSite, value: Value, fmodel: ScriptModel, fn: FunctionInfo,
+          receiver: Value | None) -> Value:
+    """`value`, computed in `fn`, seen from the call `site` (in `model`)."""
+    if not _mentions_params(value, fn):
+        return value
+    return _substitute(value, lambda p: argument_value(model, site, fmodel, fn, p.name, receiver)
+                       if p.fn is fn and p.model is fmodel else None)
 
 
-# -- parameters ---------------------------------------------------------------------
+def _mentions_params(value: Value, fn: FunctionInfo) -> bool:
+    return any(_atom_mentions(atom, fn) for atom in value.atoms)
+
+
+def _atom_mentions(atom, fn: FunctionInfo) -> bool:
+    if isinstance(atom, Param):
+        return atom.fn is fn
+    if isinstance(atom, (Member, Item)):
+        return _atom_mentions(atom.receiver, fn)
+    if isinstance(atom, Dispatch):
+        return atom.param.fn is fn or _mentions_params(atom.static, fn)
+    if isinstance(atom, Seq):
+        return atom.items is not None and any(_mentions_params(v, fn) for v in atom.items)
+    if isinstance(atom, Mapping):
+        return any(_mentions_params(v, fn) for _, v in atom.entries)
+    return False
+
+
+def _substitute(value: Value, replace) -> Value:
+    """`value` with each Param that `replace(param)` knows replaced by it,
+    and what was read from those parameters (`kw["sampler"]`, `cfg.lr`,
+    `self.make()`) looked up again on what replaces them."""
+    return union(_substitute_atom(atom, replace) for atom in value.atoms)
+
+
+def _substitute_atom(atom, replace) -> Value:
+    if isinstance(atom, Param):
+        found = replace(atom)
+        return found if found is not None else just(atom)
+    if isinstance(atom, Member):
+        receiver = _substitute_atom(atom.receiver, replace)
+        if receiver == just(atom.receiver):
+            return just(atom)
+        model = atom.receiver.model if isinstance(atom.receiver, Param) else None
+        return union(attribute_of(model or _model_of(r), r, atom.name) for r in receiver.atoms)
+    if isinstance(atom, Item):
+        receiver = _substitute_atom(atom.receiver, replace)
+        if receiver == just(atom.receiver):
+            return just(atom)
+        model = _model_of(atom.receiver)
+        if isinstance(atom.key, int) and not isinstance(atom.key, bool):
+            return element(model, receiver, atom.key)
+        return _entry(model, receiver, atom.key)
+    if isinstance(atom, Dispatch):
+        receiver = replace(atom.param)
+        if receiver is None or receiver == just(atom.param):
+            return just(Dispatch(atom.model, atom.site, atom.name, atom.param, _substitute(atom.static, replace)))
+        return union(_dispatch(atom, r, replace) for r in receiver.atoms)
+    if isinstance(atom, Seq) and atom.items is not None:
+        return just(Seq(atom.model, atom.node, tuple(_substitute(v, replace) for v in atom.items)))
+    if isinstance(atom, Mapping) and atom.entries:
+        return just(Mapping(atom.model, atom.node, tuple((k, _substitute(v, replace)) for k, v in atom.entries),
+                            atom.open))
+    return just(atom)
+
+
+def _model_of(atom) -> ScriptModel | None:
+    return getattr(atom, "model", None) or (_model_of(atom.receiver) if hasattr(atom, "receiver") else None)
+
+
+def _dispatch(atom: Dispatch, receiver, replace) -> Value:
+    """`self.name(...)` once `self` is known to hold `receiver`: the method
+    its class (or the nearest base) defines."""
+    cls = instance_class(atom.model, receiver)
+    if cls is None:
+        return _substitute(atom.static, replace)
+    found = _lookup(mro(*cls), atom.name, receiver)
+    bound = [b for b in found.atoms if isinstance(b, Bound)]
+    if not bound:
+        return _substitute(atom.static, replace)
+    return union(call_result(atom.model, atom.site, b) for b in bound)
+
+
+def _positional_params(fn: FunctionInfo) -> list[str]:
+    return [p.name.value for p in (*fn.node.params.posonly_params, *fn.node.params.params)]
+
+
+def _receives_self(fn: FunctionInfo, site: CallSite, receiver: Value | None) -> bool:
+    """The first parameter is bound before the call's own arguments: a
+    method called on an object or a class, a constructor."""
+    return receiver is not None and fn.cls is not None and bool(fn.params) and \
+        not {d.rpartition(".")[2] for d in fn.decorators} & STATIC
+
+
+def argument_value(model: ScriptModel, site: CallSite, fmodel: ScriptModel, fn: FunctionInfo, name: str,
+                   receiver: Value | None) -> Value:
+    """What parameter `name` of `fn` holds when `site` calls it (with the
+    object it was called on as `receiver`, for methods and constructors):
+    its argument by keyword or position, through `*args` / `**kwargs`
+    unpacked at the call when their contents are known, the parameter's
+    default, or for `*args` / `**kwargs` parameters what the call passes
+    beyond the named ones."""
+    node = site.node
+    positional = _positional_params(fn)
+    if _receives_self(fn, site, receiver) and positional:
+        if name == positional[0]:
+            return receiver
+        positional = positional[1:]
+    keywords = {a.keyword.value: a.value for a in node.args if a.keyword is not None}
+    splat_kw = [a.value for a in node.args if a.star == "**"]
+    plain: list = []
+    splat_pos = None
+    for a in node.args:
+        if a.keyword is not None or a.star == "**":
+            continue
+        if a.star == "*":
+            splat_pos = a.value
+            break
+        plain.append(a.value)
+    if name in keywords:
+        return _value(model, keywords[name])
+    if name in positional:
+        index = positional.index(name)
+        if index < len(plain):
+            return _value(model, plain[index])
+        if splat_pos is not None:
+            found = _splat_element(model, splat_pos, index - len(plain))
+            if found is not None:
+                return found
+            return opaque(f"*args for {name}")
+    if name == fn.star_param:
+        extra = plain[len(positional):]
+        if splat_pos is not None:
+            return opaque("*args")
+        return just(Seq(model, node, tuple(_value(model, e) for e in extra)))
+    if name == fn.kwargs_param:
+        named = set(positional) | {p.name.value for p in fn.node.params.kwonly_params}
+        entries = [(k, _value(model, v)) for k, v in keywords.items() if k not in named]
+        open_ = False
+        for s in splat_kw:
+            inner = _value(model, s)
+            maps = [x for x in inner.atoms if isinstance(x, Mapping)]
+            open_ = open_ or not maps or len(maps) != len(inner.atoms)
+            for m in maps:
+                entries.extend((k, v) for k, v in m.entries if k not in named)
+                open_ = open_ or m.open
+        return just(Mapping(model, node, tuple(entries), open_))
+    for s in splat_kw:   # `f(**kw)` with `kw = {"loader": ...}`
+        found = _splat_entry(model, s, name)
+        if found is not None:
+            return found
+    default = _default(fn, name)
+    if default is not None:
+        return _value(fmodel, default)
+    return opaque(f"{name} not passed")
+
+
+def _splat_entry(model: ScriptModel, expr: cst.BaseExpression, name: str) -> Value | None:
+    """What `**expr` passes as `name`: None when it certainly passes nothing
+    by that name (a dict of known entries without it), Opaque when unknown."""
+    inner = _value(model, expr)
+    maps = [x for x in inner.atoms if isinstance(x, Mapping)]
+    if not maps or len(maps) != len(inner.atoms):
+        return opaque(f"**kwargs for {name}")
+    found = [mapping_lookup(model, m, name) for m in maps]
+    hits = [f for f in found if f is not None]
+    return union(hits) if hits else None
+
+
+def _splat_element(model: ScriptModel, expr: cst.BaseExpression, index: int) -> Value | None:
+    inner = _value(model, expr)
+    seqs = [a for a in inner.atoms if isinstance(a, Seq)]
+    if not seqs or len(seqs) != len(inner.atoms) or any(s.items is None or index >= len(s.items) for s in seqs):
+        return None
+    return union(s.items[index] for s in seqs)
+
+
+def _default(fn: FunctionInfo, name: str) -> cst.BaseExpression | None:
+    for p in (*fn.node.params.posonly_params, *fn.node.params.params, *fn.node.params.kwonly_params):
+        if p.name.value == name:
+            return p.default
+    return None
+
+
+def call_argument(model: ScriptModel, site: CallSite, keyword: str, position: int | None = None) -> Value | None:
+    """What a call passes as `keyword=` or at `position` (a library call:
+    `DataLoader(ds, sampler=...)`), through `*args` / `**kwargs` whose
+    contents are known: None when it certainly passes nothing there, Opaque
+    when it may, unseen."""
+    expr = site.arg(keyword, position)
+    if expr is not None:
+        return settled(_value(model, expr))
+    node = site.node
+    for a in node.args:
+        if a.star == "**":
+            found = _splat_entry(model, a.value, keyword)
+            if found is not None:
+                return settled(found)
+    if position is not None:
+        plain = 0
+        for a in node.args:
+            if a.keyword is not None or a.star == "**":
+                continue
+            if a.star == "*":
+                found = _splat_element(model, a.value, position - plain)
+                return found if found is not None else opaque(f"*args for {keyword}")
+            plain += 1
+    return None
+
+
+# -- the call graph -----------------------------------------------------------------------
+
+def callee_value(model: ScriptModel, site: CallSite, needs: Need = ()) -> Value:
+    """What a call's function expression holds, imports looked up."""
+    return resolved_atoms(_value(model, site.node.func), needs)
+
+
+@query(on_cycle=())
+def call_targets(model: ScriptModel, site: CallSite, needs: Need = ()) -> tuple[tuple[ScriptModel, FunctionInfo], ...]:
+    """The functions of the tree `site` runs: a function, a method bound to
+    its object (through the class hierarchy), `__init__` of a class being
+    instantiated (inherited too), `__call__` of an object. With `needs`: a
+    module that cannot reach what the asker looks for is not parsed."""
+    found: list[tuple[ScriptModel, FunctionInfo]] = []
+    for atom in callee_value(model, site, needs).atoms:
+        if isinstance(atom, Func):
+            found.append((atom.model, atom.fn))
+        elif isinstance(atom, Bound):
+            found.append((atom.model, atom.fn))
+        elif isinstance(atom, Class):
+            init = _lookup(mro(atom.model, atom.cls), "__init__", Made(model, site))
+            found += [(b.model, b.fn) for b in init.atoms if isinstance(b, Bound)]
+        elif isinstance(atom, Made):
+            cls = instance_class(model, atom)
+            if cls is not None:
+                call = _lookup(mro(*cls), "__call__", atom)
+                found += [(b.model, b.fn) for b in call.atoms if isinstance(b, Bound)]
+    unique: list = []
+    for t in found:
+        if all(t[1] is not u[1] for u in unique):
+            unique.append(t)
+    return tuple(unique)
+
+
+def resolve_call(model: ScriptModel, site: CallSite, needs: Need = ()) -> tuple[ScriptModel, FunctionInfo] | None:
+    """The one function of the tree a call runs, or None (a library call, a
+    dynamic call, or several possible functions)."""
+    targets = call_targets(model, site, needs)
+    return targets[0] if len(targets) == 1 else None
+
+
+def constructs(model: ScriptModel, site: CallSite) -> bool:
+    """The call makes a new object of a class of the tree (and runs its `__init__`)."""
+    return any(isinstance(a, Class) for a in callee_value(model, site).atoms)
+
+
+@query(on_cycle=None)
+def called_qual(model: ScriptModel, site: CallSite) -> str | None:
+    """The qualified name of the library function or class a call runs,
+    followed through imports and aliases (`DL = DataLoader; DL(ds)`,
+    `import torch.utils.data as tud; tud.DataLoader(ds)`); None when the
+    call runs something of the tree or something not known by name."""
+    func = site.node.func
+    root = func
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    if not isinstance(root, cst.Name):
+        return None
+    if func is not root and not (model.imports.is_imported(root.value) or model.imports.star_modules):
+        return None   # a method of an object: not a library name
+    quals = set()
+    for atom in _value(model, func).atoms:
+        if isinstance(atom, Lib):
+            quals.add(atom.qual)
+        elif isinstance(atom, Imported):
+            if model.project.find_module(model.path, atom.module, atom.level) is not None:
+                return None   # a module of the tree
+            quals.add(".".join(p for p in (atom.module, *atom.names) if p))
+        else:
+            return None
+    return quals.pop() if len(quals) == 1 else None
+
+
+@query(on_cycle=None)
+def called_name(model: ScriptModel, site: CallSite) -> str | None:
+    """The name of what a call runs, followed through aliases: `add_argument`
+    for `arg("--lr")` with `arg = parser.add_argument`; the last part of the
+    call as written otherwise."""
+    qual = called_qual(model, site)
+    if qual is not None:
+        return qual.rpartition(".")[2]
+    if isinstance(site.node.func, cst.Name):
+        names = set()
+        for atom in _value(model, site.node.func).atoms:
+            if isinstance(atom, Member):
+                names.add(atom.name)
+            elif isinstance(atom, (Func, Bound)):
+                names.add(atom.fn.name)
+            elif isinstance(atom, Class):
+                names.add(atom.cls.name)
+            else:
+                names.add(None)
+        if len(names) == 1 and None not in names:
+            return names.pop()
+    return site.attr
+
+
+def is_api_call(model: ScriptModel, site: CallSite, *names: str) -> bool:
+    """A call of torch's `names` (and not of a same-named class of the user's),
+    however it was reached (an alias, an import as another name, a star import)."""
+    qual = called_qual(model, site)
+    if qual is None:
+        return False
+    return is_torch_api(qual, *names)
+
+
+# -- parameters: what the file's calls pass --------------------------------------------------
 
 @dataclass(frozen=True)
 class Argument:
@@ -455,9 +1436,9 @@ class Argument:
 
 
 def argument_expr(call: CallSite, fn: FunctionInfo, name: str) -> tuple[bool, cst.BaseExpression | None]:
-    """(bound, expr) for parameter `name` of `fn` at `call`: bound False when
-    a `*args` / `**kwargs` at the call makes it unknowable; expr None when the
-    default applies."""
+    """(bound, expr) for parameter `name` of `fn` at `call`, as written at the
+    call: bound False when a `*args` / `**kwargs` at the call makes it
+    unknowable from the call's text; expr None when the default applies."""
     params = list(fn.params)
     node = call.node
     is_ctor = fn.name == "__init__" and isinstance(node.func, cst.Name)
@@ -468,7 +1449,7 @@ def argument_expr(call: CallSite, fn: FunctionInfo, name: str) -> tuple[bool, cs
     for a in node.args:
         if a.keyword is not None and a.keyword.value == name:
             return True, a.value
-    positional = [p.name.value for p in (*fn.node.params.posonly_params, *fn.node.params.params)]
+    positional = _positional_params(fn)
     if positional and positional[0] in ("self", "cls") and len(params) < len(fn.params):
         positional = positional[1:]
     if name in positional:
@@ -489,11 +1470,9 @@ def argument_expr(call: CallSite, fn: FunctionInfo, name: str) -> tuple[bool, cs
     return True, None
 
 
-def _default(fn: FunctionInfo, name: str) -> cst.BaseExpression | None:
-    for p in (*fn.node.params.posonly_params, *fn.node.params.params, *fn.node.params.kwonly_params):
-        if p.name.value == name:
-            return p.default
-    return None
+@query(on_cycle={})
+def _call_by_func_node(model: ScriptModel) -> dict:
+    return {id(c.node.func): c for c in model.calls}
 
 
 @query(on_cycle=None)
@@ -506,9 +1485,7 @@ def arguments_for(model: ScriptModel, fn: FunctionInfo, name: str) -> tuple[Argu
         call = calls.get(id(ref.node))
         if call is None:
             return None   # handed on (`mp.spawn(main_worker)`, a callback): callers unknown
-        target = model.resolve_call(call) if not (fn.name == "__init__" and isinstance(call.node.func, cst.Name)) \
-            else (model, fn)
-        if target is None or target[1] is not fn:
+        if not any(t[1] is fn for t in call_targets(model, call)):
             continue   # another function of the same name (a method of another class)
         bound, expr = argument_expr(call, fn, name)
         if not bound:
@@ -523,102 +1500,164 @@ def arguments_for(model: ScriptModel, fn: FunctionInfo, name: str) -> tuple[Argu
     return tuple(found) if found else None
 
 
+@query(on_cycle=None)
+def _callers(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[CallSite, Value | None], ...] | None:
+    """The file's calls of `fn` (with the object a method is called on);
+    None when some use of `fn` is not a call (handed on: its callers are unknown)."""
+    calls = _call_by_func_node(model)
+    found = []
+    for ref in model.refs_to(fn):
+        call = calls.get(id(ref.node))
+        if call is None:
+            return None
+        if not any(t[1] is fn for t in call_targets(model, call)):
+            continue
+        receiver = None
+        for atom in callee_value(model, call).atoms:
+            if isinstance(atom, Bound) and atom.fn is fn:
+                receiver = atom.receiver
+            elif isinstance(atom, Class):
+                receiver = just(Made(model, call))
+        found.append((call, receiver))
+    return tuple(found) if found else None
+
+
 @query(on_cycle=EMPTY)
 def param_value(model: ScriptModel, fn: FunctionInfo, name: str) -> Value:
     """What parameter `name` of `fn` holds, through the file's call sites."""
-    args = arguments_for(model, fn, name)
-    if args is None:
-        return Value(frozenset({Param(model, fn, name)}))
-    return union(value_at(a.model, a.expr, a.scope, a.stmt) for a in args)
+    callers = _callers(model, fn)
+    if callers is None:
+        return just(Param(model, fn, name))
+    out = []
+    for call, receiver in callers:
+        out.append(resolved(model, argument_value(model, call, model, fn, name, receiver)))
+    return settled(union(out)) if out else just(Param(model, fn, name))
 
 
 def resolved(model: ScriptModel, value: Value) -> Value:
     """`value` with the Params of `model`'s functions replaced by what the
-    file's call sites pass."""
-    if not value.params:
+    file's call sites pass (and what was read from them looked up again)."""
+    if not any(isinstance(a, (Param, Member, Item, Dispatch)) for a in value.atoms):
         return value
-    out = []
-    for atom in value.atoms:
-        if isinstance(atom, Param) and atom.model is model:
-            out.append(param_value(model, atom.fn, atom.name))
-        else:
-            out.append(Value(frozenset({atom})))
-    return union(out)
+    return _substitute(value, lambda p: param_value(model, p.fn, p.name) if p.model is model else None)
 
 
-def value_at(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None,
+def value_at(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None = None,
              stmt: cst.CSTNode | None = None) -> Value:
-    return resolved(model, value_of(model, expr, scope, stmt))
+    if expr is None:
+        return opaque("nothing")
+    return settled(resolved(model, _value(model, expr)))
+
+
+def constant_of(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None = None) -> object:
+    """The literal `expr` certainly holds (through names, parameters and
+    defaults), else UNKNOWN_CONSTANT."""
+    return value_at(model, expr).constant
 
 
 def bind(model: ScriptModel, call: CallSite, value: Value) -> Value:
-    """`value`, computed in the function `call` lands in, seen from `call`."""
+    """`value`, computed in the function `call` lands in (in this file or a
+    helper module), seen from `call`."""
     if not value.params:
         return value
-    target = model.resolve_call(call)
-    fn = target[1] if target is not None else None
-    out = []
-    for atom in value.atoms:
-        if isinstance(atom, Param) and atom.fn is fn:
-            bound, expr = argument_expr(call, fn, atom.name)
-            if not bound:
-                out.append(opaque(f"*args for {atom.name}"))
-            elif expr is None:
-                default = _default(fn, atom.name)
-                out.append(value_of(atom.model, default, fn.ctx.function) if default is not None
-                           else opaque(f"{atom.name} not passed"))
-            else:
-                out.append(value_of(model, expr, call.ctx.function, call.stmt))
-        else:
-            out.append(Value(frozenset({atom})))
-    return union(out)
+    targets = call_targets(model, call)
+    if len(targets) != 1:
+        return value
+    tmodel, fn = targets[0]
+    receiver = None
+    for atom in callee_value(model, call).atoms:
+        if isinstance(atom, Bound) and atom.fn is fn:
+            receiver = atom.receiver
+        elif isinstance(atom, Class):
+            receiver = just(Made(model, call))
+    return settled(_bind(model, call, value, tmodel, fn, receiver))
 
 
-# -- iteration -------------------------------------------------------------------
+def element_of(model: ScriptModel, expr: cst.BaseExpression, index: int, scope: FunctionInfo | None = None) -> Value:
+    """The `index`-th element of the tuple `expr` holds."""
+    return settled(element(model, _value(model, expr), index))
 
-def _wrapper_name(site: CallSite) -> str | None:
-    if site.func is not None:
-        return site.func.rpartition(".")[2]
-    return site.attr
+
+def entry_of(model: ScriptModel, expr: cst.BaseExpression, name: object, scope: FunctionInfo | None = None) -> Value:
+    """The entry `name` of the dict `expr` holds."""
+    return settled(_entry(model, _value(model, expr), name))
+
+
+def is_param(scope: FunctionInfo | None, name: str) -> FunctionInfo | None:
+    """The function (scope or one it is nested in) that has `name` as a parameter."""
+    fn = scope
+    while fn is not None:
+        if name in fn.params:
+            return fn
+        fn = fn.ctx.function
+    return None
+
+
+def namespace_key(key: str) -> bool:
+    """`args.x`, `config.x`, `cfg['x']`: an attribute or key of an object
+    other than `self`, shared by every function that holds the object."""
+    return ("." in key or "[" in key) and not key.startswith("self.")
+
+
+def assignments_anywhere(model: ScriptModel, key: str) -> tuple:
+    """Every assignment of `key` in the file, whatever function it is in."""
+    return tuple(b for b in bindings_of(model, key) if b.kind == "assign")
+
+
+# -- iteration -------------------------------------------------------------------------------
+
+def loops_in(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Loop, ...]:
+    """The loops whose statement is directly in `fn` (None: module level)."""
+    return _loops_by_function(model).get(fn, ())
+
+
+@query(on_cycle={})
+def _loops_by_function(model: ScriptModel) -> dict:
+    by_fn: dict = {}
+    for loop in model.loops:
+        by_fn.setdefault(loop.ctx.function, []).append(loop)
+    return {k: tuple(v) for k, v in by_fn.items()}
+
+
+def is_generator(fn: FunctionInfo) -> bool:
+    return bool(fn.yields)
+
+
+def iterated(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None = None) -> Value:
+    """What a `for` over `expr` consumes: through `enumerate`, `tqdm`, `zip`,
+    `iter`, `itertools.cycle`/`chain`/`islice`, `metric_logger.log_every(...)`
+    and other wrappers of the loader, and through local generators."""
+    return consumed(model, value_of(model, expr))
+
+
+def consumed(model: ScriptModel, value: Value) -> Value:
+    return union(_consumed_atom(model, atom) for atom in settled(value).atoms)
 
 
 @query(on_cycle=EMPTY)
-def iterated(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None) -> Value:
-    """What a `for` over `expr` (read in `scope`) consumes."""
-    return _consumed(model, value_of(model, expr, scope), 0)
-
-
-def _consumed(model: ScriptModel, value: Value, depth: int) -> Value:
-    if depth > _MAX_DEPTH:
-        return opaque("too deep")
-    out = []
-    for atom in value.atoms:
-        if not isinstance(atom, Made):
-            out.append(Value(frozenset({atom})))
-            continue
-        m, site = atom.model, atom.site
-        if atom.is_api("DataLoader"):
-            out.append(Value(frozenset({atom})))
-            continue
-        target = m.resolve_call(site)
-        if target is not None and is_generator(target[1]):
-            out.append(bind(m, site, generator_consumes(*target)))
-            continue
-        if target is None and _wrapper_name(site) in MANAGED_LOADERS:
-            out.append(opaque(f"{_wrapper_name(site)}() manages the loader"))
-            continue
-        if target is None and _wrapper_name(site) not in NOT_ITERATING:
-            # enumerate(loader), tqdm(loader), zip(a, b), metric_logger.log_every(loader, 10), a
-            # prefetcher around the loader: iterating it iterates its arguments
-            args = [a.value for a in site.node.args
-                    if not a.star and (a.keyword is None or a.keyword.value in _ITERABLE_KEYWORDS)]
-            if _wrapper_name(site) in ITERATION_WRAPPERS or args:
-                out.append(Value(frozenset({atom})))
-                for a in args:
-                    out.append(_consumed(m, value_of(m, a, site.ctx.function), depth + 1))
-                continue
-        out.append(Value(frozenset({atom})))
-    return union(out)
+def _consumed_atom(model: ScriptModel, atom) -> Value:
+    if not isinstance(atom, Made):
+        return just(atom)
+    m, site = atom.model, atom.site
+    if atom.is_api("DataLoader"):
+        return just(atom)
+    targets = call_targets(m, site)
+    if len(targets) == 1 and is_generator(targets[0][1]):
+        return bind(m, site, generator_consumes(*targets[0]))
+    if targets:
+        return just(atom)
+    name = called_name(m, site)
+    if name in MANAGED_LOADERS:
+        return opaque(f"{name}() manages the loader")
+    if name in NOT_ITERATING:
+        return just(atom)
+    # enumerate(loader), tqdm(loader), zip(a, b), metric_logger.log_every(loader, 10), a
+    # prefetcher around the loader: iterating it iterates its arguments
+    args = [a.value for a in site.node.args
+            if not a.star and (a.keyword is None or a.keyword.value in ITERABLE_KEYWORDS)]
+    if name in ITERATION_WRAPPERS or args:
+        return just(atom) | union(consumed(m, _value(m, a)) for a in args)
+    return just(atom)
 
 
 @query(on_cycle=EMPTY)
@@ -628,15 +1667,15 @@ def generator_consumes(model: ScriptModel, fn: FunctionInfo) -> Value:
     out = []
     for y in fn.yields:
         if y.delegates:
-            out.append(iterated(model, y.value, fn))
+            out.append(iterated(model, y.value))
             continue
         for loop in y.ctx.loops:
             if loop.is_for:
-                out.append(iterated(model, loop.iter, fn))
+                out.append(iterated(model, loop.iter))
     return union(out)
 
 
-# -- passes --------------------------------------------------------------------------
+# -- passes ------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Pass:
@@ -665,40 +1704,40 @@ def passes(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Pass, ...]:
     for loop in loops_in(model, fn):
         if not loop.is_for:
             continue
-        consumed = iterated(model, loop.iter, fn)
-        if not consumed:
+        consumed_value = iterated(model, loop.iter)
+        if not consumed_value:
             continue
         epoch = loop.ctx.loops[-1] if loop.ctx.loops else None
-        found.append(Pass(consumed, loop, model, epoch, model if epoch else None))
+        found.append(Pass(consumed_value, loop, model, epoch, model if epoch else None))
     found += _iter_passes(model, fn)
     for call in model.calls_in(fn):
-        target = model.resolve_call(call)
+        target = resolve_call(model, call)
         if target is None or target[1] is fn or is_generator(target[1]):
             continue
         tmodel, callee = target
         for p in passes(tmodel, callee):
-            consumed = bind(model, call, p.consumed)
-            if not consumed:
+            consumed_value = bind(model, call, p.consumed)
+            if not consumed_value:
                 continue
             if p.epoch is None and call.ctx.loops:
-                found.append(Pass(consumed, p.loop, p.loop_model, call.ctx.loops[-1], model, (call,) + p.via,
-                                  p.iter_call))
+                found.append(Pass(consumed_value, p.loop, p.loop_model, call.ctx.loops[-1], model,
+                                  (call,) + p.via, p.iter_call))
             else:
-                found.append(Pass(consumed, p.loop, p.loop_model, p.epoch, p.epoch_model, (call,) + p.via,
+                found.append(Pass(consumed_value, p.loop, p.loop_model, p.epoch, p.epoch_model, (call,) + p.via,
                                   p.iter_call))
     # generators created here: `loader = sample_data(loader)` runs its loops when it is iterated,
     # its epoch loop (the `while True`) is its own
     for call in model.calls_in(fn):
-        target = model.resolve_call(call)
+        target = resolve_call(model, call)
         if target is None or not is_generator(target[1]):
             continue
         tmodel, gen = target
         for p in passes(tmodel, gen):
             if p.epoch is not None:
-                consumed = bind(model, call, p.consumed)
-                if consumed:
-                    found.append(Pass(consumed, p.loop, p.loop_model, p.epoch, p.epoch_model, (call,) + p.via,
-                                      p.iter_call))
+                consumed_value = bind(model, call, p.consumed)
+                if consumed_value:
+                    found.append(Pass(consumed_value, p.loop, p.loop_model, p.epoch, p.epoch_model,
+                                      (call,) + p.via, p.iter_call))
     return tuple(found)
 
 
@@ -719,10 +1758,10 @@ def _iter_passes(model: ScriptModel, fn: FunctionInfo | None) -> list[Pass]:
         site = model.site_of.get(id(a.value))
         if site is None or site.func != "iter" or len(site.node.args) != 1:
             continue
-        consumed = iterated(model, site.node.args[0].value, fn)
-        if consumed:
+        consumed_value = iterated(model, site.node.args[0].value)
+        if consumed_value:
             epoch = site.ctx.loops[-1] if site.ctx.loops else None
-            found.append(Pass(consumed, None, model, epoch, model if epoch else None, iter_call=site))
+            found.append(Pass(consumed_value, None, model, epoch, model if epoch else None, iter_call=site))
     return found
 
 
@@ -747,9 +1786,48 @@ def consumed_per_epoch(model: ScriptModel, site: CallSite) -> bool:
     return any(p.consumed.holds(model, site) for p in epoch_passes(model))
 
 
+# -- walking the call graph -----------------------------------------------------------------
+
+@query(on_cycle=None)   # recursion reads as "no"
+def first_call_reaching(model: ScriptModel, fn: FunctionInfo | None, test) -> CallSite | None:
+    """The first call in `fn` for which `test(model, call)` holds, or that
+    leads to one through the functions of the tree it calls (`test`: a
+    module-level function, part of the memo key)."""
+    for c in model.calls_in(fn):
+        if test(model, c):
+            return c
+        target = resolve_call(model, c)
+        if target is not None and target[1] is not fn and first_call_reaching(target[0], target[1], test) is not None:
+            return c
+    return None
+
+
+def callees(model: ScriptModel, calls: Iterable[CallSite]) -> Iterator[tuple[ScriptModel, FunctionInfo, CallSite]]:
+    """The functions reached from `calls` (resolved, transitively: every
+    function they lead to, each once), with the call in *this* file that leads there."""
+    seen: set[int] = set()
+    frontier = [(model, c, c) for c in calls]
+    while frontier:
+        nxt = []
+        for m, call, origin in frontier:
+            target = resolve_call(m, call)
+            if target is None or id(target[1].node) in seen:
+                continue
+            seen.add(id(target[1].node))
+            tmodel, fn = target
+            yield tmodel, fn, origin
+            nxt.extend((tmodel, c, origin) for c in tmodel.calls_in(fn))
+        frontier = nxt
+
+
 __all__ = [
-    "Value", "Made", "Param", "Const", "Opaque", "UNKNOWN_CONSTANT", "constant_of", "EMPTY", "Argument", "Pass",
-    "value_of", "value_at", "resolved", "bind", "element_of", "entry_of", "iterated", "generator_consumes",
-    "passes", "every_pass", "loops_in", "epoch_passes", "consumed_per_epoch", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value", "argument_expr", "union", "is_generator",
-    "CHAIN_METHODS", "ITERATION_WRAPPERS",
+    "Value", "Made", "Param", "Const", "Opaque", "Func", "Class", "Lib", "Imported", "Module", "Bound", "Member",
+    "Seq", "Mapping", "Super", "UNKNOWN_CONSTANT", "EMPTY", "Argument", "Pass",
+    "value_of", "value_at", "resolved", "bind", "element_of", "entry_of", "constant_of", "binding_value",
+    "attribute_of", "instance_class", "mro", "iteration_element", "call_argument", "argument_value",
+    "call_targets", "resolve_call", "constructs", "called_qual", "called_name", "is_api_call", "callee_value",
+    "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
+    "consumed_per_epoch", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value",
+    "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
+    "module_name_value", "resolve_import",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.flow import arguments_for, assignments_anywhere, is_param, namespace_key
+from ddpcheck.model.flow import arguments_for, assignments_anywhere, is_param, namespace_key, resolve_call
 from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.memo import query
@@ -171,7 +171,7 @@ def _call_condition(model, call: cst.Call, scope) -> Condition:
             return Condition.exactly(MAIN)
     # A helper of the user's: judge what it returns.
     site = model.site_of.get(id(call))
-    target = model.resolve_call(site) if site is not None else None
+    target = resolve_call(model, site) if site is not None else None
     if target is not None:
         tmodel, fn = target
         if fn.returns:

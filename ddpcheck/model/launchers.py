@@ -12,6 +12,7 @@ import libcst as cst
 from ddpcheck.model.names import dotted_name, string_value
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
+from ddpcheck.model.flow import resolve_call
 
 _SPAWNERS = {"spawn", "start_processes", "Process"}
 _MODULES = ("torch.multiprocessing", "multiprocessing")
@@ -43,7 +44,7 @@ def spawns_workers(model: ScriptModel, fn: FunctionInfo | None, depth: int = 0) 
     if fn is None or depth >= 2:
         return False
     for c in model.calls_in(fn):
-        target = model.resolve_call(c)
+        target = resolve_call(model, c)
         callee = target[1] if target is not None and target[0] is model else None
         if callee is not None and callee is not fn and spawns_workers(model, callee, depth + 1):
             return True
@@ -75,7 +76,7 @@ def launches_from_module_level(model: ScriptModel) -> bool:
     if spawns_workers(model, None):
         return True
     for c in model.calls_in(None):
-        target = model.resolve_call(c)
+        target = resolve_call(model, c)
         if target is not None and target[0] is model and spawns_workers(model, target[1]):
             return True
     return False

@@ -18,6 +18,7 @@ import libcst as cst
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
+from ddpcheck.model.flow import callees
 
 REDUCTION_NAME = re.compile(r"reduce|gather|synchroni[sz]e|(^|_)sync(_|$)|sync_between|average_across|across_processes",
                             re.I)
@@ -40,7 +41,7 @@ def function_reduces(model: ScriptModel, fn: FunctionInfo | None) -> bool:
     calls = model.calls_in(fn)
     result = any(is_reduction(c) for c in calls)
     if not result:
-        for m, callee, _ in model.callees(calls, depth=3):
+        for m, callee, _ in callees(model, calls):
             if any(is_reduction(c) for c in m.calls_in(callee)):
                 result = True
                 break

@@ -172,7 +172,8 @@ class Project:
         return None
 
     # -- what a module can reach ------------------------------------------------
-    def _scan(self, path: Path | str) -> ModuleScan | None:
+    def scan_of(self, path: Path | str) -> ModuleScan | None:
+        """The scan of the module at `path` (model/scan.py); None for one too large to be a helper."""
         return self._stamped(self._scans, os.path.abspath(path), _scan_file)
 
     def _target_paths(self, from_path: str, sources) -> list[Path]:
@@ -203,7 +204,7 @@ class Project:
         closure = self._closure(start, scan)
         if closure is None:
             return True   # a library-sized web of modules: not worth proving, parse as needed
-        return any(names_match(self._scan(key).identifiers, need) for key in closure)
+        return any(names_match(self.scan_of(key).identifiers, need) for key in closure)
 
     def _closure(self, start: str, scan: ModuleScan) -> tuple[str, ...] | None:
         """The readable local modules reachable from `start` through imports
@@ -217,7 +218,7 @@ class Project:
                 if key in seen:
                     continue
                 seen.add(key)
-                nxt = self._scan(key)
+                nxt = self.scan_of(key)
                 if nxt is not None:
                     found.append(key)
                     if len(found) > MAX_REACH_MODULES:
@@ -269,7 +270,7 @@ class Project:
         if path is None:
             # `from utils import dist_utils` then `dist_utils.f()`: module is a package member
             return None
-        scanned = self._scan(path)
+        scanned = self.scan_of(path)
         if scanned is None or name not in scanned.bound:
             return None   # it neither defines nor imports `name` (a constant, a typo): nothing to parse
         if needs and not self.reaches(str(path), scanned, needs):

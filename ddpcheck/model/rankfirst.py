@@ -41,6 +41,7 @@ from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.worlds import D0, DISTRIBUTED, DN
+from ddpcheck.model.flow import resolve_call
 
 # Context managers that let rank 0 (or each node's local rank 0) run the body
 # first and the other ranks after it: yolov5/ultralytics, accelerate,
@@ -80,7 +81,7 @@ def _ordering_manager(model: ScriptModel, item: cst.WithItem) -> bool:
     if last and (RANK_ZERO_FIRST.match(last) or last in FILE_LOCKS):
         return True
     site = _call_of(model, call)
-    target = model.resolve_call(site) if site is not None else None
+    target = resolve_call(model, site) if site is not None else None
     return target is not None and waits_for_rank_zero(*target)
 
 
@@ -127,7 +128,7 @@ def ordered_here(model: ScriptModel, site: CallSite, same_work: SameWork) -> boo
 
 
 def _same_callee(model: ScriptModel, a: CallSite, b: CallSite) -> bool:
-    ta, tb = model.resolve_call(a), model.resolve_call(b)
+    ta, tb = resolve_call(model, a), resolve_call(model, b)
     if ta is not None:
         return tb is not None and ta[1] is tb[1]
     return a.qual is not None and a.qual == b.qual
@@ -189,7 +190,7 @@ def unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork, dept
             continue
         if is_work(model, c):
             return c
-        target = model.resolve_call(c)
+        target = resolve_call(model, c)
         if depth < 2 and target is not None and target[1] is not fn \
                 and unordered_work(target[0], target[1], is_work, depth + 1) is not None:
             return c
@@ -201,7 +202,7 @@ def helper_work_at_once(model: ScriptModel, site: CallSite, is_work: SameWork) -
     the work unordered, while every rank runs the call at once: (the helper's
     model, the call doing the work there). Same-file helpers are reported at
     their own work."""
-    target = model.resolve_call(site)
+    target = resolve_call(model, site)
     if target is None or target[0] is model:
         return None
     inner = unordered_work(target[0], target[1], is_work)

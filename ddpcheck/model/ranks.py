@@ -34,6 +34,7 @@ from ddpcheck.model.guards import RANK_ENV
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import FunctionInfo, ScriptModel
+from ddpcheck.model.flow import resolve_call
 
 # Environment variables that hold a rank local to the node; the other rank
 # variables guards.RANK_ENV knows are global.
@@ -146,7 +147,7 @@ def _call_origin(model: ScriptModel, expr: cst.Call, scope, depth: int) -> RankO
         return rank_origin(model, expr.args[0].value, scope, depth + 1)
     if q in _ENV_GET and expr.args:
         return _env_origin(model, string_value(expr.args[0].value))
-    target = model.resolve_call(site)
+    target = resolve_call(model, site)
     if target is not None and not expr.args:
         tmodel, fn = target
         if fn.returns:

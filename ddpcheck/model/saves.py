@@ -15,6 +15,7 @@ from ddpcheck.model.flow import argument_expr
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.flow import resolve_call
 
 TORCH_SAVE = ("torch.save", "torch.serialization.save")
 # Save helpers we cannot see (`utils.save_on_master`, `save_checkpoint`): they write what they are given.
@@ -45,7 +46,7 @@ def helper_saves(model: ScriptModel, fn: FunctionInfo, strips: re.Pattern, renam
             result = True
             break
         if depth < 2:
-            target = model.resolve_call(c)
+            target = resolve_call(model, c)
             if target is not None and helper_saves(target[0], target[1], strips, renamed, depth + 1):
                 result = True
                 break
@@ -59,7 +60,7 @@ def is_save_sink(model: ScriptModel, site: CallSite, strips: re.Pattern = STRIPS
     """torch.save, or a helper that passes what it gets to torch.save."""
     if site.qual in TORCH_SAVE:
         return True
-    target = model.resolve_call(site)
+    target = resolve_call(model, site)
     if target is not None:
         return helper_saves(target[0], target[1], strips, renamed)
     attr = site.attr or ""
@@ -142,7 +143,7 @@ def hands_to_state_dict_taker(model: ScriptModel, key: str, after: int, scope: F
     for c in model.calls_in(scope):
         if c.ctx.order <= after or not any(dotted_name(a.value) == key for a in c.node.args):
             continue
-        target = model.resolve_call(c)
+        target = resolve_call(model, c)
         if target is None:
             continue
         tmodel, fn = target

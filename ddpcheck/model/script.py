@@ -113,6 +113,7 @@ class Assign:
     # where the key sits in an unpacking target, however nested: `a, (b, c) = x`
     # gives `c` the path (1, 1); None for a starred target (`a, *rest = x`); () when not unpacked
     path: tuple[int, ...] | None = ()
+    target: cst.BaseExpression | None = field(default=None, repr=False)   # the target expression, when not unpacked
 
     kind = "assign"
 
@@ -170,6 +171,19 @@ class YieldInfo:
 
 
 @dataclass(eq=False)
+class ClassInfo:
+    """A `class` statement: its bases (the expressions, looked up by the value
+    layer, across modules) and the methods its body defines."""
+
+    name: str
+    node: cst.ClassDef = field(repr=False)
+    ctx: Ctx                       # where the class statement is
+    bases: tuple[cst.BaseExpression, ...] = field(default=(), repr=False)
+    methods: dict[str, "FunctionInfo"] = field(default_factory=dict, repr=False)   # the last def of each name
+    all_methods: list["FunctionInfo"] = field(default_factory=list, repr=False)
+
+
+@dataclass(eq=False)
 class FunctionInfo:
     name: str
     node: cst.FunctionDef = field(repr=False)
@@ -183,6 +197,7 @@ class FunctionInfo:
     star_param: str | None = None      # the name of `*args`
     kwargs_param: str | None = None    # the name of `**kwargs`
     declared_global: set[str] = field(default_factory=set)   # `global x` / `nonlocal x` in its body
+    cls: ClassInfo | None = field(default=None, repr=False)   # the class whose body defines it (a method)
 
     @property
     def qualname(self) -> str:
@@ -238,6 +253,9 @@ class ScriptModel:
         # `"RANK" in os.environ`) -> the functions reading them (None: module level)
         self.env_reads: dict[str, list[FunctionInfo | None]] = {}
         self.class_names: set[str] = set()
+        self.classes: list[ClassInfo] = []
+        self.class_of_node: dict[int, ClassInfo] = {}     # id(cst.ClassDef) -> its ClassInfo
+        self.import_of_alias: dict[int, cst.CSTNode] = {}  # id(cst.ImportAlias) -> its Import / ImportFrom
         # id(expression) -> the names it reads, for every recorded expression
         # (assignment values, calls and their arguments, branch tests, loop
         # iterables, returned values), and the divisions inside them: model/reads.py
@@ -390,100 +408,6 @@ class ScriptModel:
             result &= cond.true_branch if b.positive else cond.false_branch
         return result
 
-    # -- cross-file -----------------------------------------------------------
-    @query
-    def resolve_call(self, call: CallSite, needs: Need = ()) -> tuple["ScriptModel", FunctionInfo] | None:
-        """The function a call lands in, in this file or a local module the
-        script imports. None when it cannot be seen (a library, a dynamic call).
-        With `needs` (what the asker looks for; project.Need): also None for a
-        local module that does not match it, directly or through its imports,
-        which is then never parsed."""
-        return self._resolve(call, needs)
-
-    def _resolve(self, call: CallSite, needs: "Need") -> tuple["ScriptModel", FunctionInfo] | None:
-        func = call.node.func
-        if isinstance(func, cst.Name):
-            name = func.value
-            here = self.function_called(name)
-            if here is not None:
-                return self, here
-            src = self.imports.sources.get(name)
-            if src and self.project is not None and src[2] is not None:
-                return self.project.resolve_function(self.path, src[0], src[1], src[2], needs=needs)
-            if src is None and self.project is not None:
-                # `from dataloader import *` of a local module: the function it defines
-                for star in self.imports.star_modules:
-                    module = star.lstrip(".")
-                    found = self.project.resolve_function(self.path, module, len(star) - len(module), name,
-                                                          needs=needs)
-                    if found is not None:
-                        return found
-            return None
-        if isinstance(func, cst.Attribute):
-            recv = dotted_name(func.value)
-            cls = owner_class(call.ctx)
-            if recv == "self" and cls:
-                methods = self.functions_named(func.attr.value, cls)
-                return (self, methods[-1]) if methods else None
-            if recv and "." not in recv and self.project is not None:
-                src = self.imports.sources.get(recv)
-                if src:
-                    module, level, attr = src
-                    target = f"{module}.{attr}" if attr and module else (attr or module)
-                    return self.project.resolve_function(self.path, target, level, func.attr.value, needs=needs)
-            if recv and "." not in recv and recv != "self":
-                # `trainer.fit()`, `data_loader.load_data()`: a method of the
-                # class the local object was built from
-                owner = self.instance_class(recv, call.ctx.function)
-                if owner is not None:
-                    cmodel, cls = owner
-                    methods = cmodel.functions_named(func.attr.value, cls)
-                    return (cmodel, methods[-1]) if methods else None
-        return None
-
-    @query
-    def instance_class(self, key: str, scope: FunctionInfo | None) -> tuple["ScriptModel", str] | None:
-        """(model, class name) when every assignment of the local `key` in
-        `scope` builds an object of one class of the tree: `Trainer(...)`
-        directly, or through a function that returns one
-        (`CreateDataLoader(opt)` returning its `CustomDatasetDataLoader()`)."""
-        return self._class_of_name(key, scope, 0)
-
-    def _class_of_name(self, key: str, scope: FunctionInfo | None, depth: int) -> tuple["ScriptModel", str] | None:
-        assigns = self.assignments(key, scope)
-        if not assigns or any(a.value is None or a.augmented is not None for a in assigns):
-            return None
-        found = {self._class_of_value(a.value, a.ctx.function, depth) for a in assigns}
-        return found.pop() if len(found) == 1 else None
-
-    def _class_of_value(self, expr: cst.BaseExpression, scope: FunctionInfo | None,
-                        depth: int) -> tuple["ScriptModel", str] | None:
-        if depth > 3:
-            return None
-        if isinstance(expr, cst.Name):
-            return self._class_of_name(expr.value, scope, depth + 1)
-        if not isinstance(expr, cst.Call):
-            return None
-        func = expr.func
-        if isinstance(func, cst.Name) and func.value in self.class_names:
-            return self, func.value
-        src = self.imports.sources.get(func.value) if isinstance(func, cst.Name) else None
-        if src and src[2] is not None and self.project is not None:
-            found = self.project.resolve_class(self.path, src[0], src[1], src[2])
-            if found is not None:
-                return found
-        site = self.site_of.get(id(expr))
-        target = self.resolve_call(site) if site is not None else None
-        if target is None:
-            return None
-        tmodel, fn = target
-        if fn.name == "__init__" and fn.class_name is not None:
-            return tmodel, fn.class_name
-        if not fn.returns or fn.class_name is not None:
-            return None
-        found = {tmodel._class_of_value(value, fn, depth + 1) for value, _ctx in fn.returns}
-        return found.pop() if len(found) == 1 else None
-
     def function_called(self, name: str) -> FunctionInfo | None:
         """What a bare call `name(...)` runs when this file defines `name`: its
         module-level function, or the `__init__` of its class."""
@@ -500,37 +424,3 @@ class ScriptModel:
             return None
         inits = self.functions_named("__init__", class_name)
         return inits[-1] if inits else None
-
-    @query(on_cycle=None)   # recursion reads as "no"
-    def first_call_reaching(self, fn: FunctionInfo | None, test) -> CallSite | None:
-        """The first call in `fn` for which `test(model, call)` holds, or that
-        leads to one through local helpers (`test`: a module-level function,
-        part of the memo key)."""
-        result = None
-        for c in self.calls_in(fn):
-            if test(self, c):
-                result = c
-                break
-            target = self.resolve_call(c)
-            if target is not None and target[1] is not fn and \
-                    target[0].first_call_reaching(target[1], test) is not None:
-                result = c
-                break
-        return result
-
-    def callees(self, calls: Iterable[CallSite], depth: int = 3) -> Iterator[tuple["ScriptModel", FunctionInfo, CallSite]]:
-        """Functions reached from `calls` (resolved, transitively, `depth` deep),
-        with the call in *this* file that leads there."""
-        seen: set[int] = set()
-        frontier = [(self, c, c) for c in calls]
-        for _ in range(depth):
-            nxt = []
-            for model, call, origin in frontier:
-                target = model.resolve_call(call)
-                if target is None or id(target[1].node) in seen:
-                    continue
-                seen.add(id(target[1].node))
-                tmodel, fn = target
-                yield tmodel, fn, origin
-                nxt.extend((tmodel, c, origin) for c in tmodel.calls_in(fn))
-            frontier = nxt

@@ -43,6 +43,7 @@ from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.values import is_api_call
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.worlds import DISTRIBUTED
+from ddpcheck.model.flow import resolve_call
 
 
 class Sharded(Enum):
@@ -131,7 +132,7 @@ def sharded_kind(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionIn
     if isinstance(expr, cst.Call):
         # a local builder: `engine = build_engine(args)` returning the engine it unpacked
         site = model.site_of.get(id(expr))
-        target = model.resolve_call(site) if site is not None else None
+        target = resolve_call(model, site) if site is not None else None
         if target is not None:
             for ret, _ctx in target[1].returns:
                 kind = sharded_kind(target[0], ret, target[1])
@@ -267,7 +268,7 @@ def call_need(model: ScriptModel, site: CallSite) -> Need | None:
     need = direct_need(model, site)
     if need is not None:
         return need
-    target = model.resolve_call(site)
+    target = resolve_call(model, site)
     if target is None or target[1] is site.ctx.function:
         return None
     tmodel, tfn = target

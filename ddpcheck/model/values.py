@@ -14,10 +14,11 @@ import libcst as cst
 
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel, call_arg
-from ddpcheck.model.names import dotted_name, is_torch_api
+from ddpcheck.model.names import dotted_name
 
 _CHAIN_METHODS = {"cuda", "to", "float", "half", "bfloat16", "train", "eval", "cpu", "double", "requires_grad_"}
 from ddpcheck.model.vocabulary import EVAL_LOADER_NAME, EVAL_NAME  # noqa: E402
+from ddpcheck.model.flow import is_api_call, resolve_call
 
 DDP_NAMES = ("DistributedDataParallel",)
 DP_NAMES = ("DataParallel",)
@@ -28,18 +29,6 @@ DDP_NEED = (DDP_NAMES,)
 
 def call_site(model: ScriptModel, node: cst.Call) -> CallSite | None:
     return model.site_of.get(id(node))
-
-
-def is_api_call(model: ScriptModel, site: CallSite, *names: str) -> bool:
-    """A call of torch's `names` (and not of a same-named class of the user's)."""
-    if not is_torch_api(site.qual, *names):
-        return False
-    if site.qual and "." not in site.qual and model.defines(site.qual):
-        return False
-    if site.qual and "." not in site.qual and not model.imports.is_imported(site.qual):
-        # bare unimported name: only trust it with a star import in the file
-        return bool(model.imports.star_modules)
-    return True
 
 
 def is_ddp_wrap(model: ScriptModel, site: CallSite) -> bool:
@@ -75,7 +64,7 @@ def origins(model: ScriptModel, expr: cst.BaseExpression | None, scope: Function
             yield from origins(model, func.value, scope, depth + 1)
             return
         yield model, site
-        target = model.resolve_call(site)
+        target = resolve_call(model, site)
         if target is not None:
             tmodel, fn = target
             for value, _ctx in fn.returns:
@@ -115,7 +104,7 @@ def _unpacked_origins(model: ScriptModel, value: cst.BaseExpression, index: int,
         return
     if isinstance(value, cst.Call):
         site = call_site(model, value)
-        target = model.resolve_call(site) if site is not None else None
+        target = resolve_call(model, site) if site is not None else None
         if target is None:
             return
         tmodel, fn = target
@@ -281,7 +270,7 @@ def _held_loaders(model: ScriptModel) -> tuple[LoaderInfo, ...]:
         if not isinstance(value, cst.Call) or a.augmented is not None:
             continue
         site = call_site(model, value)
-        if site is None or is_api_call(model, site, "DataLoader") or model.resolve_call(site) is None:
+        if site is None or is_api_call(model, site, "DataLoader") or resolve_call(model, site) is None:
             continue
         held = value_of(model, a.value, a.ctx.function) if a.value is not None else \
             element_of(model, a.unpacked[0], a.unpacked[1], a.ctx.function)

@@ -13,6 +13,7 @@ from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerI
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import set_epoch_edit
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.flow import callees, resolve_call
 
 _SAMPLER_ATTRS = ("sampler", "batch_sampler")
 
@@ -80,7 +81,7 @@ def _call_leaving(model: ScriptModel, p: Pass) -> cst.CSTNode | None:
     lands in that module (reported there, once)."""
     if not p.via:
         return None
-    target = model.resolve_call(p.via[0])
+    target = resolve_call(model, p.via[0])
     return p.via[0].node if target is not None and target[0] is not model else None
 
 
@@ -139,7 +140,7 @@ def _sets_epoch(model: ScriptModel, loop: Loop, loader: Made, samplers: list[Sam
     """A `set_epoch` call inside `loop` (or a helper it calls) on this loader's
     sampler, or on something we cannot tell apart from it."""
     inside = model.calls_inside(loop)
-    for m, call in [(model, c) for c in inside] + [(m, c) for m, fn, _ in model.callees(inside) for c in m.calls_in(fn)]:
+    for m, call in [(model, c) for c in inside] + [(m, c) for m, fn, _ in callees(model, inside) for c in m.calls_in(fn)]:
         if call.attr != "set_epoch" or call.receiver is None:
             continue
         if _may_be(m, call, call.receiver, loader, samplers):

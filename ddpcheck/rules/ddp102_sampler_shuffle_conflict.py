@@ -12,6 +12,7 @@ from ddpcheck.model.values import exclusive, is_api_call, loaders, origins
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import shuffle_edit
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.flow import resolve_call
 
 
 def _is_none(expr: cst.BaseExpression) -> bool:
@@ -51,7 +52,7 @@ def _may_hold(model: ScriptModel, expr: cst.BaseExpression | None, scope: Functi
         last = (site.qual or site.func or "").rpartition(".")[2]
         if last[:1].isupper():
             return expr   # a class: a constructor never returns None
-        target = model.resolve_call(site)
+        target = resolve_call(model, site)
         if target is not None:
             tmodel, fn = target
             if any(_may_hold(tmodel, v, fn, ctx, depth + 1) is not None for v, ctx in fn.returns):

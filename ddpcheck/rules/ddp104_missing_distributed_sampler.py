@@ -19,6 +19,7 @@ from ddpcheck.model.wrappers import opposite_arms
 from ddpcheck.findings import Severity
 from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.flow import resolve_call
 
 LOCAL_SAMPLERS = ("RandomSampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler")
 # Data sets that shard themselves by rank (webdataset, HF `split_dataset_by_node`, `rank=`/`world_size=`
@@ -56,7 +57,7 @@ def _kind(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionIn
         if is_api_call(model, site, "BatchSampler"):
             inner = _kind(model, site.arg("sampler", 0), scope, site.ctx, depth + 1)
             return LOCAL if inner == NONE else inner
-        target = model.resolve_call(site)
+        target = resolve_call(model, site)
         if target is not None and target[1].returns:
             tmodel, fn = target
             return _join({_kind(tmodel, v, fn, ctx, depth + 1) for v, ctx in fn.returns})

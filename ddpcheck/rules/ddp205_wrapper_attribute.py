@@ -16,6 +16,7 @@ from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import WrapInfo, wraps
 from ddpcheck.model.wrappers import tells_wrapper_apart, wrapper_in
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.flow import resolve_call
 
 
 def _loop_variable(key: str, ctx: Ctx) -> bool:
@@ -127,7 +128,7 @@ class WrapperAttribute(Rule):
         reported at the argument, naming the helper."""
         reported: set[int] = set()
         for call in model.calls:
-            target = model.resolve_call(call)
+            target = resolve_call(model, call)
             if target is None or target[0] is model:
                 continue
             tmodel, fn = target

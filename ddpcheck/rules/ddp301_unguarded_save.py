@@ -15,6 +15,7 @@ from ddpcheck.model.reach import other_ranks_reach, unguarded_caller
 from ddpcheck.model.worlds import DN
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.flow import resolve_call
 
 _WHY = {
     "save": "every rank writes the same checkpoint to the same path at once: N-fold I/O and, when the writes interleave, a corrupt file",
@@ -74,7 +75,7 @@ def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0,
         if kind and not per_rank_target(model, c, kind):
             return c
         if depth < 2:
-            target = model.resolve_call(c, WRITE_NEED)
+            target = resolve_call(model, c, WRITE_NEED)
             if target is not None and writes_on_every_rank(target[0], target[1], depth + 1):
                 return c
     return None
@@ -108,7 +109,7 @@ class UnguardedSave(Rule):
                             f" in `{caller.name}()`)" if caller is not None else " at module level)")
                     yield Hit(site.node, message=f"`{what}(...)` runs on every rank{via}: {_WHY[kind]}")
                 continue
-            target = model.resolve_call(site, WRITE_NEED)
+            target = resolve_call(model, site, WRITE_NEED)
             if target is None or target[0] is model:
                 continue   # same-file helpers are reported at their own write
             inner = writes_on_every_rank(*target, caller=(model, site))

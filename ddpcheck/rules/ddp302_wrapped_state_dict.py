@@ -16,6 +16,7 @@ from ddpcheck.model.wrappers import strips_prefix, tells_wrapper_apart, wrapper_
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import unwrap_edit
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.flow import resolve_call
 
 
 def _told_apart(model: ScriptModel, node: cst.IfExp) -> bool:
@@ -68,7 +69,7 @@ class WrappedStateDict(Rule):
     def _through_helper(self, model: ScriptModel, sink: CallSite, reported: set[int]) -> Iterator[Hit]:
         """`save_checkpoint(model, path)` into a helper module whose body saves
         `model.state_dict()`: the wrapper crosses the module as an argument."""
-        target = model.resolve_call(sink)
+        target = resolve_call(model, sink)
         if target is None or target[0] is model:
             return
         tmodel, fn = target

@@ -13,6 +13,7 @@ from ddpcheck.model.positions import where
 from ddpcheck.model.values import exclusive
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.flow import resolve_call
 
 
 @dataclass(frozen=True)
@@ -47,7 +48,7 @@ def _steps(model: ScriptModel, fn: FunctionInfo | None) -> list[_Step]:
             if not initialized_guarded(model, c):
                 steps.append(_Step("query", c, f"`{c.func}(...)`"))
             continue
-        target = model.resolve_call(c, PROCESS_GROUP_NEED)
+        target = resolve_call(model, c, PROCESS_GROUP_NEED)
         if target is not None:
             tmodel, tfn = target
             if tfn is fn:
@@ -78,7 +79,7 @@ def starts_group(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
         for c in model.calls_in(fn):
             if runs_only_uninitialized(model, c):
                 continue
-            target = model.resolve_call(c, INIT_NEED)
+            target = resolve_call(model, c, INIT_NEED)
             if target is not None and target[1] is not fn and starts_group(target[0], target[1], depth + 1):
                 return True
     return False

@@ -11,13 +11,14 @@ from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import local_rank_edit
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.flow import callees
 
 def reads_local_rank_env(model: ScriptModel) -> bool:
     """LOCAL_RANK is read from the environment in the script or in a local
     helper it calls (OpenCOOD's `init_distributed_mode(args)`)."""
     if "LOCAL_RANK" in env_reads(model):
         return True
-    for m, fn, _ in model.callees(model.calls, depth=4):
+    for m, fn, _ in callees(model, model.calls):
         if any(r is fn for r in env_reads(m).get("LOCAL_RANK", [])):
             return True
     return False
@@ -35,7 +36,7 @@ def _option_read(model: ScriptModel, dest: str) -> bool:
             return True
         return any(c.attr == "getattr" or c.func == "getattr" for c in m.calls
                    if len(c.node.args) >= 2 and dest in m.module.code_for_node(c.node.args[1].value))
-    return used(model) or any(used(m) for m, _fn, _ in model.callees(model.calls, depth=3) if m is not model)
+    return used(model) or any(used(m) for m, _fn, _ in callees(model, model.calls) if m is not model)
 
 
 # Which launcher passes which spelling (torch/distributed/run.py: `--local-rank={local_rank}`

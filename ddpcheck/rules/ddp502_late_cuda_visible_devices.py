@@ -11,6 +11,7 @@ from ddpcheck.model.positions import where
 from ddpcheck.model.values import exclusive
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.flow import resolve_call
 
 
 def cuda_initialised_before(model: ScriptModel, ctx: Ctx, depth: int = 0, seen=None) -> CallSite | None:
@@ -26,7 +27,7 @@ def cuda_initialised_before(model: ScriptModel, ctx: Ctx, depth: int = 0, seen=N
             continue
         if initialises_cuda(model, c):
             return c
-        target = model.resolve_call(c)
+        target = resolve_call(model, c)
         if target is not None and target[1] is not fn and function_cuda_init(*target) is not None:
             return c
     if fn is None or depth >= 3:
@@ -36,7 +37,7 @@ def cuda_initialised_before(model: ScriptModel, ctx: Ctx, depth: int = 0, seen=N
         return None
     seen.add(id(fn))
     for c in model.calls:
-        target = model.resolve_call(c)
+        target = resolve_call(model, c)
         if target is not None and target[0] is model and target[1] is fn:
             found = cuda_initialised_before(model, c.ctx, depth + 1, seen)
             if found is not None:
@@ -71,7 +72,7 @@ def launches_processes_after(model: ScriptModel, ctx: Ctx, depth: int = 0) -> Ca
     if fn is None or depth >= 3:
         return None
     for c in model.calls:
-        target = model.resolve_call(c)
+        target = resolve_call(model, c)
         if target is not None and target[0] is model and target[1] is fn and c.ctx.function is not fn:
             found = launches_processes_after(model, c.ctx, depth + 1)
             if found is not None:

@@ -19,6 +19,7 @@ from ddpcheck.model.vocabulary import LR_NAME, LR_SCALING_CALL, WORLD_SIZE
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.flow import callees
 
 DOCUMENTED = re.compile(r"gpu|world|device|node|total|global|effective|replica|process", re.I)
 _PLAIN_CALLS = {"float", "int", "get", "getattr"}
@@ -48,7 +49,7 @@ def lr_scaled(model: ScriptModel, depth: int = 0) -> bool:
                 result = True
                 break
     if not result and depth == 0:
-        for m, fn, _ in model.callees(model.calls, depth=2):
+        for m, fn, _ in callees(model, model.calls):
             if m is model:
                 continue
             for a in m.assigns_in(fn):

@@ -15,6 +15,7 @@ from ddpcheck.model.project import Project
 from ddpcheck.model.distributed import INIT_NEED, function_inits, init_calls
 from ddpcheck.model.project import scan_text
 from ddpcheck.settings import LintSettings
+from ddpcheck.model.flow import resolve_call
 from tests.conftest import needs_rule, write
 
 SETTINGS = LintSettings(enabled=frozenset())
@@ -58,7 +59,7 @@ def test_a_helper_that_never_defines_the_called_name_is_not_parsed(tmp_path):
     train = write(tmp_path / "train.py", "import layers\nb = layers.conv3x3(3, 64)\n")
     model = model_of(train)
     call = next(c for c in model.calls if c.func == "layers.conv3x3")
-    assert model.resolve_call(call) is None
+    assert resolve_call(model, call) is None
     assert not parsed(model, tmp_path / "layers.py")
 
 
@@ -125,7 +126,7 @@ def test_a_constructor_call_lands_in_init_here_and_in_a_helper_package(tmp_path)
                                          "class Plain:\n    pass\n"
                                          "log = Logger('runs')\nm = Meter('loss')\np = Plain()\n")
     model = model_of(train)
-    by_func = {c.func: model.resolve_call(c) for c in model.calls}
+    by_func = {c.func: resolve_call(model, c) for c in model.calls}
     helper, init = by_func["Logger"]
     assert init.name == "__init__" and init.class_name == "Logger" and helper.path.endswith("logger.py")
     here, meter_init = by_func["Meter"]
@@ -144,7 +145,7 @@ def test_a_method_call_on_an_object_lands_in_its_class_even_through_a_factory(tm
                                          "def main():\n    t = Trainer()\n    t.fit()\n"
                                          "    loader = make(None)\n    loader.load_data()\n    loader.missing()\n")
     model = model_of(train)
-    by_func = {c.func: model.resolve_call(c) for c in model.calls}
+    by_func = {c.func: resolve_call(model, c) for c in model.calls}
     assert by_func["t.fit"][1].qualname.endswith("Trainer.fit")
     wmodel, method = by_func["loader.load_data"]
     assert wmodel.path.endswith("wrapper.py") and method.class_name == "LoaderWrapper"

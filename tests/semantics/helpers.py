@@ -11,7 +11,7 @@ from pathlib import Path
 
 import libcst as cst
 
-from ddpcheck.model.dataflow import ENTRY
+from ddpcheck.model.dataflow import Entry
 from ddpcheck.model.project import Project
 from ddpcheck.settings import LintSettings
 
@@ -39,7 +39,7 @@ def describe(model, binding) -> str:
     """A binding as a test names it: the source of the value it binds
     (`DDP(m)`), `value[1]` for an unpacked element, `kind:key` for the
     other bindings, ENTRY for "from outside this scope"."""
-    if binding is ENTRY:
+    if isinstance(binding, Entry):
         return "ENTRY"
     source = getattr(binding, "value", None)
     if source is not None and binding.kind == "assign":

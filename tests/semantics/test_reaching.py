@@ -136,3 +136,13 @@ def test_other_binding_forms():
     assert reaching("def f(loader, *args, **kw):\n    use(kw)\n") == {"param:kw"}
     assert reaching("a, (b, c) = build()\nuse(c)\n") == {"build()[1, 1]"}
     assert reaching("x = 1\ndel x\nuse(x)\n") == set()
+
+
+def test_a_comprehension_in_a_loop_reads_the_previous_iteration_too():
+    code = """
+        x = 0
+        for i in r:
+            ys = [use(x) for j in s]
+            x = 1
+        """
+    assert reaching(code) == {"0", "1"}

@@ -1,0 +1,268 @@
+"""What an expression holds (model/flow.py): objects by allocation site,
+attributes per object, containers, calls with their arguments bound, and
+unknown kept unknown.
+
+Each case builds a few lines, asks `value_at` (or `value_of`) about the
+expression passed to `use(...)`, and names the objects found by the call
+that made them (`DataLoader`, `DDP`)."""
+
+from __future__ import annotations
+
+from ddpcheck.model.flow import Made, Param, value_at, value_of
+from tests.semantics.helpers import build, marked
+
+
+def made(code: str, marker: str = "use", resolve: bool = True, nth: int = 0) -> set[str]:
+    """The calls that made what the marked expression can hold (`?` for
+    anything the engine does not know)."""
+    model = build(code)
+    expr, _ = marked(model, marker, nth)
+    value = value_at(model, expr) if resolve else value_of(model, expr)
+    names = {(a.site.func or "?") for a in value.made}
+    if not value.known:
+        names.add("?")
+    return names
+
+
+# -- names and flow ---------------------------------------------------------------
+
+def test_a_read_holds_what_reaches_it():
+    code = """
+        loader = DataLoader(a)
+        use(loader)
+        loader = DataLoader(b)
+        """
+    m = build(code)
+    expr, _ = marked(m)
+    (atom,) = value_of(m, expr).made
+    assert atom.site.node.args[0].value.value == "a"
+
+
+def test_rebinding_replaces_and_branches_keep_both():
+    assert made("a = DataLoader(x)\na = 5\nuse(a)\n") == set()   # only the 5: no object
+    assert made("a = DataLoader(x) if c else RandomSampler(x)\nuse(a)\n") == {"DataLoader", "RandomSampler"}
+
+
+def test_methods_that_return_their_object():
+    for method in ("eval()", "train()", "to(device)", "cuda()", "float()", "half()", "requires_grad_(False)"):
+        code = f"model = DDP(net)\nmodel = model.{method}\nuse(model)\n"
+        assert made(code) == {"DDP"}, method
+
+
+# -- calls ------------------------------------------------------------------------
+
+def test_a_call_holds_what_the_function_returns_its_parameters_bound():
+    code = """
+        def build(ds, shuffle):
+            if shuffle:
+                return DistributedSampler(ds)
+            return None
+        sampler = build(data, True)
+        use(sampler)
+        """
+    assert made(code) == {"DistributedSampler"}
+
+
+def test_kwargs_built_by_a_helper_and_splatted():
+    code = """
+        def loader_kwargs(args):
+            kw = {"num_workers": 4}
+            kw["sampler"] = DistributedSampler(ds)
+            return kw
+        def main(args):
+            kw = loader_kwargs(args)
+            loader = DataLoader(ds, **kw)
+            use(loader)
+        """
+    from ddpcheck.model.flow import call_argument
+
+    m = build(code)
+    site = next(c for c in m.calls if c.func == "DataLoader")
+    sampler = call_argument(m, site, "sampler", 3)
+    assert {a.site.func for a in sampler.made} == {"DistributedSampler"}
+    assert call_argument(m, site, "batch_sampler", 4) is None   # certainly not passed
+
+
+def test_args_and_kwargs_in_a_definition():
+    code = """
+        def make(*args, **kwargs):
+            return DataLoader(*args, **kwargs)
+        def wrapper(**kw):
+            use(kw["sampler"])
+        wrapper(sampler=DistributedSampler(ds))
+        """
+    assert made(code) == {"DistributedSampler"}
+
+
+def test_a_constructor_holds_a_new_object_and_its_init_sees_the_arguments():
+    code = """
+        class Trainer:
+            def __init__(self, model, loader):
+                self.model = model
+                self.loader = loader
+            def fit(self):
+                use(self.loader)
+        trainer = Trainer(net, DataLoader(ds))
+        """
+    assert made(code) == {"DataLoader"}
+
+
+def test_calling_an_object_runs_its_call_method():
+    code = """
+        class EarlyStopping:
+            def __call__(self, model):
+                return model
+        stopper = EarlyStopping()
+        use(stopper(DDP(net)))
+        """
+    assert made(code) == {"DDP"}
+
+
+def test_bound_method_aliases():
+    code = """
+        class Runner:
+            def build(self):
+                return DataLoader(ds)
+        runner = Runner()
+        make = runner.build
+        use(make())
+        """
+    assert made(code) == {"DataLoader"}
+
+
+def test_a_factory_returns_an_object_whose_methods_are_followed():
+    code = """
+        class Wrapper:
+            def loader(self):
+                return DataLoader(ds)
+        def create(opt):
+            w = Wrapper()
+            return w
+        use(create(None).loader())
+        """
+    assert made(code) == {"DataLoader"}
+
+
+# -- objects and attributes ---------------------------------------------------------
+
+def test_attributes_per_object():
+    code = """
+        class Holder:
+            pass
+        a = Holder()
+        b = Holder()
+        a.loader = DataLoader(x)
+        b.loader = RandomSampler(x)
+        use(a.loader)
+        """
+    assert made(code) == {"DataLoader"}
+
+
+def test_self_attributes_across_methods_and_base_classes():
+    code = """
+        class Base:
+            def setup(self):
+                self.model = DDP(self.net)
+        class Child(Base):
+            def save(self):
+                use(self.model)
+        """
+    assert made(code, resolve=False) == {"DDP"}
+
+
+def test_a_method_runs_through_the_class_hierarchy_and_overrides_win():
+    code = """
+        class Base:
+            def fit(self):
+                return self.make()
+            def make(self):
+                return RandomSampler(ds)
+        class Child(Base):
+            def make(self):
+                return DistributedSampler(ds)
+        use(Child().fit())
+        """
+    assert made(code) == {"DistributedSampler"}
+
+
+def test_namespace_attributes_set_in_another_function():
+    code = """
+        def setup(config):
+            config.loader = DataLoader(ds)
+        def train(config):
+            use(config.loader)
+        """
+    assert "DataLoader" in made(code)
+
+
+# -- containers --------------------------------------------------------------------
+
+def test_tuples_lists_and_dicts():
+    code = """
+        def build():
+            return DataLoader(a), DistributedSampler(a)
+        loader, sampler = build()
+        loaders = {"train": loader, "val": DataLoader(b)}
+        use(sampler)
+        use(loaders["train"])
+        """
+    assert made(code) == {"DistributedSampler"}
+    m = build(code)
+    expr, _ = marked(m, nth=1)
+    (atom,) = value_at(m, expr).made
+    assert atom.site.node.args[0].value.value == "a"
+
+
+def test_a_for_loop_binds_the_elements():
+    code = """
+        for name, loader in {"train": DataLoader(a)}.items():
+            use(loader)
+        for i, model in enumerate([DDP(a), DDP(b)]):
+            use(model)
+        """
+    assert made(code) == {"DataLoader"}
+    assert made(code, nth=1) == {"DDP"}
+
+
+# -- unknown stays unknown ---------------------------------------------------------
+
+def test_a_parameter_of_a_function_handed_away_stays_unknown():
+    code = """
+        import torch.multiprocessing as mp
+        def worker(rank, loader):
+            use(loader)
+        mp.spawn(worker, args=(DataLoader(ds),))
+        """
+    m = build(code)
+    expr, _ = marked(m)
+    value = value_at(m, expr)
+    assert not value.known and isinstance(next(iter(value.atoms)), Param)
+
+
+def test_library_objects_attributes_and_unresolved_names_are_unknown():
+    assert made("import argparse\nargs = argparse.ArgumentParser().parse_args()\nuse(args.sampler)\n") == {"?"}
+    assert made("use(something_undefined)\n") == {"?"}
+    assert made("def f(x):\n    return x.loader\nuse(f(obj))\n") == {"?"}
+
+
+def test_a_value_through_a_cycle_of_names_is_a_fixed_point():
+    code = """
+        a = DataLoader(x)
+        for i in r:
+            b = a
+            a = b
+        use(a)
+        """
+    assert made(code) == {"DataLoader"}
+
+
+def test_results_of_library_calls_are_objects_made_there():
+    code = """
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        model = DDP(net, device_ids=[0])
+        use(model)
+        """
+    m = build(code)
+    expr, _ = marked(m)
+    (atom,) = value_at(m, expr).atoms
+    assert isinstance(atom, Made) and atom.is_api("DistributedDataParallel")
