@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# Globs (gitignore-style, as `exclude`) naming test code: a test is judged as
+# what it is, not as a training script (each rule's page says whether it looks
+# at tests). `test-files` in config replaces this list; `[]` lints tests as scripts.
+DEFAULT_TEST_FILES: tuple[str, ...] = ("tests", "test", "test_*.py", "*_test.py", "conftest.py")
+
 
 @dataclass(frozen=True)
 class LintSettings:
@@ -19,3 +24,8 @@ class LintSettings:
     # (`from utils import save_on_master`); None: the file's own folder and up
     # to the nearest folder without a package marker.
     root: str | None = None
+    # Files that are test code (config key test-files) ...
+    test_files: tuple[str, ...] = DEFAULT_TEST_FILES
+    # ... and files that are training scripts whatever their place or shape
+    # (config key script-files): every rule looks at them.
+    script_files: tuple[str, ...] = ()

@@ -8,8 +8,11 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ddpcheck.lint.pathmatch import matches_any, relative_posix
+from ddpcheck.model.filekind import LIBRARY, SCRIPT, TEST, library_module, test_functions
 from ddpcheck.model.positions import positions_of
 from ddpcheck.model.project import Project
+from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Applicability, Finding
 from ddpcheck.parse.syntax import parse
 from ddpcheck.settings import LintSettings
@@ -69,11 +72,12 @@ def rule_hits(text: str, path: str, settings: LintSettings, project: Project | N
     if project is None:
         project = project_for(settings)
     model = project.build(path, module, text)
+    kind = file_kind(model, settings)
     hits = []
     crashed = []
     for code in sorted(settings.enabled):
         rule_cls = REGISTRY.get(code)
-        if rule_cls is None:
+        if rule_cls is None or kind not in rule_cls.kinds:
             continue
         rule = rule_cls()
         try:
@@ -82,9 +86,45 @@ def rule_hits(text: str, path: str, settings: LintSettings, project: Project | N
             crashed.append(RuleCrash(code, "too deeply nested"))
         except Exception as exc:  # a bug in one rule must not hide the others' findings
             crashed.append(RuleCrash(code, f"{type(exc).__name__}: {exc}"))
+    if kind == LIBRARY and any(TEST not in rule.kinds for rule, _ in hits):
+        hits = _outside_test_functions(model, hits)
     located = _locate(module, path, hits) if hits else []
     return RuleRun(module=module, located=tuple(located), crashed=tuple(crashed),
                    helpers=project.helpers_read(path))
+
+
+def file_kind(model: ScriptModel, settings: LintSettings) -> str:
+    """"script", "test" or "library" (model/filekind.py): config's
+    `script-files`, then `test-files`, then what the module is."""
+    rel = relative_posix(model.path, settings.root)
+    if settings.script_files and matches_any(rel, settings.script_files):
+        return SCRIPT
+    if settings.test_files and matches_any(rel, settings.test_files):
+        return TEST
+    return LIBRARY if library_module(model) else SCRIPT
+
+
+def _outside_test_functions(model: ScriptModel, hits: list) -> list:
+    """Drop the hits of rules that do not look at tests when they sit in a
+    library's test function (`def test_...`, `def ..._for_test`)."""
+    tests = test_functions(model)
+    if not tests:
+        return hits
+    starts = positions_of(model.module, [fn.node for fn in tests])
+    spans = []
+    for fn in tests:
+        pos = starts.get(id(fn.node))
+        if pos is not None:
+            body = model.module.code_for_node(fn.node.with_changes(leading_lines=())).rstrip("\n")
+            spans.append((pos[0], pos[0] + body.count("\n")))
+    wanted = positions_of(model.module, (hit.node for _, hit in hits))
+    kept = []
+    for rule, hit in hits:
+        pos = wanted.get(id(hit.node))
+        inside = pos is not None and any(a <= pos[0] <= b for a, b in spans)
+        if not inside or TEST in rule.kinds:
+            kept.append((rule, hit))
+    return kept
 
 
 def analyze(text: str, path: str, settings: LintSettings, project: Project | None = None) -> Analysis:

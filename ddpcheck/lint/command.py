@@ -125,7 +125,8 @@ def file_settings(files: list[str], the_plan: Plan, named: frozenset[str] = froz
         enabled = frozenset(c for c in the_plan.enabled if not any(selector_matches(c, s) for s in off))
         if enabled not in cache:
             cache[enabled] = LintSettings(enabled=enabled, main_process_guards=config.main_process_guards,
-                                          root=config.root)
+                                          root=config.root, test_files=config.test_files,
+                                          script_files=config.script_files)
         tasks.append(LintTask(path, cache[enabled], path in named))
     return tasks
 
@@ -434,6 +435,8 @@ def settings_text(options: LintOptions, the_plan: Plan) -> str:
         ("per-file-ignores", "; ".join(f"{p} = {', '.join(c)}" for p, c in config.per_file_ignores) or "-"),
         ("exclude", ", ".join(config.exclude) or "-"),
         ("main-process-guards", ", ".join(config.main_process_guards) or "-"),
+        ("test-files", ", ".join(config.test_files) or "-"),
+        ("script-files", ", ".join(config.script_files) or "-"),
         ("fail-on", str(the_plan.fail_on)),
         ("output-format", options.output_format),
         ("cache", str(the_plan.cache_dir) if the_plan.cache_dir is not None else "off (--no-cache)"),

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ddpcheck.findings import Severity
+from ddpcheck.settings import DEFAULT_TEST_FILES
 from ddpcheck.lint.pathmatch import matches_any, relative_posix
 
 if sys.version_info >= (3, 11):
@@ -22,7 +23,7 @@ else:  # Python 3.10 has no tomllib; tomli is the same parser, backported.
     import tomli as tomllib
 
 KNOWN_KEYS = ("select", "ignore", "per-file-ignores", "exclude", "main-process-guards", "fail-on",
-              "extend-select", "extend-ignore", "cache-dir")
+              "extend-select", "extend-ignore", "cache-dir", "test-files", "script-files")
 ALL = "ALL"
 
 
@@ -42,6 +43,8 @@ class Config:
     extend_select: tuple[str, ...] = ()
     extend_ignore: tuple[str, ...] = ()
     cache_dir: str | None = None        # as written; relative to the pyproject's folder
+    test_files: tuple[str, ...] = DEFAULT_TEST_FILES   # globs of test code (judged as tests, not scripts)
+    script_files: tuple[str, ...] = ()  # globs of files every rule treats as training scripts
 
     @property
     def root(self) -> str | None:
@@ -236,4 +239,6 @@ def config_from_table(table: object, path: Path) -> Config:
         extend_select=extend_select,
         extend_ignore=extend_ignore,
         cache_dir=cache_dir,
+        test_files=str_list("test-files") if "test-files" in table else DEFAULT_TEST_FILES,
+        script_files=str_list("script-files"),
     )

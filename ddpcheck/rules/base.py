@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterator
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import ALL_KINDS
 
 if TYPE_CHECKING:  # pragma: no cover
     from ddpcheck.model.script import ScriptModel
@@ -137,6 +138,9 @@ class Rule:
     fix: ClassVar[str]       # how to fix it (shown on the `help:` line)
     # Some findings carry an autofix (`ddpcheck lint --fix`); the rule's page says so.
     fixable: ClassVar[bool] = False
+    # The kinds of file the rule looks at (model/filekind.py: "script", "test",
+    # "library"); its page says which and why (Precision notes).
+    kinds: ClassVar[frozenset[str]] = ALL_KINDS
 
     def check(self, model: "ScriptModel") -> Iterator[Hit]:
         raise NotImplementedError

@@ -12,6 +12,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerInfo, loaders
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import set_epoch_edit
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees, resolve_call
 
@@ -24,6 +25,7 @@ class MissingSetEpoch(Rule):
     name = "missing-set-epoch"
     short = "DistributedSampler never gets `set_epoch()`: every epoch replays the same order"
     severity = Severity.ERROR
+    kinds = NOT_TESTS
     fixable = True
     message = (
         "DistributedSampler is iterated every epoch but set_epoch() is never called: "

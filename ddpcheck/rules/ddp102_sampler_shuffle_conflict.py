@@ -11,6 +11,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import exclusive, is_api_call, loaders, origins
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import shuffle_edit
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -83,6 +84,7 @@ class SamplerShuffleConflict(Rule):
     name = "sampler-shuffle-conflict"
     short = "`shuffle=True` with a sampler: DataLoader raises ValueError"
     severity = Severity.ERROR
+    kinds = NOT_TESTS
     fixable = True
     message = ("DataLoader gets both a sampler and shuffle=True: it raises "
                "`ValueError: sampler option is mutually exclusive with shuffle`")

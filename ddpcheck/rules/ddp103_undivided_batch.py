@@ -13,6 +13,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import loaders
 from ddpcheck.model.vocabulary import GLOBAL_HELP, PER_RANK_HELP
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -34,6 +35,7 @@ class UndividedBatch(Rule):
     name = "undivided-batch"
     short = "global batch size used as the per-process batch"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     message = "a global batch size is used as the per-process batch of a DistributedSampler loader"
     fix = "divide it by the world size: `batch_size = global_batch_size // dist.get_world_size()`"
 

@@ -18,6 +18,7 @@ from ddpcheck.model.reaching import always_runs_before
 from ddpcheck.model.wrappers import opposite_arms
 from ddpcheck.findings import Severity
 from ddpcheck.model.reach import other_ranks_reach
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -123,6 +124,7 @@ class MissingDistributedSampler(Rule):
     name = "missing-distributed-sampler"
     short = "training DataLoader has no DistributedSampler: every rank sees all the data"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     message = ("the model is wrapped in DistributedDataParallel but the training DataLoader has no "
                "DistributedSampler: every rank iterates the whole data set")
     fix = ("`sampler = DistributedSampler(dataset) if args.distributed else None`; "

@@ -12,6 +12,7 @@ from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import LoaderInfo, loaders
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 # Loop variables that carry a sample's identity: predictions keyed by them can be de-duplicated.
@@ -53,6 +54,7 @@ class EvalSamplerPadding(Rule):
     name = "eval-sampler-padding"
     short = "eval DistributedSampler pads with repeated samples: metrics count them twice"
     severity = Severity.INFO
+    kinds = NOT_TESTS
     message = ("the evaluation loader uses a DistributedSampler without drop_last: it pads the data set with "
                "repeated samples so every rank gets the same count, and metrics count those samples twice")
     fix = ("accept it only when len(dataset) is a multiple of the world size; otherwise gather predictions with "

@@ -17,6 +17,7 @@ from ddpcheck.model.values import loaders, origins
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 _LIST_METHODS = {"append", "extend"}
@@ -112,6 +113,7 @@ class UnreducedMetric(Rule):
     name = "unreduced-metric"
     short = "metric from one rank's shard reported without an all_reduce"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     message = ("an evaluation metric accumulated over a DistributedSampler shard is reported without "
                "a reduction across ranks: it describes one rank's share of the data")
     fix = ("sum the counts across ranks before dividing: `t = torch.tensor([correct, total], device=device)`, "

@@ -9,6 +9,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import exclusive, is_ddp_wrap, origins, wraps_before
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import convert_first_edit
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -25,6 +26,7 @@ class SyncBNAfterDDP(Rule):
     name = "syncbn-after-ddp"
     short = "SyncBatchNorm conversion after the DDP wrap"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     fixable = True
     message = "SyncBatchNorm conversion runs after the model was wrapped in DistributedDataParallel"
     fix = "convert first, then wrap: `model = nn.SyncBatchNorm.convert_sync_batchnorm(model)` before `DDP(model, ...)`"

@@ -10,6 +10,7 @@ from ddpcheck.model.values import exclusive, wraps_before
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.saves import hands_to_state_dict_taker
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -46,6 +47,7 @@ class WrapBeforeLoad(Rule):
     name = "wrap-before-load"
     short = "weights loaded into the DDP/DataParallel wrapper instead of the model"
     severity = Severity.ERROR
+    kinds = NOT_TESTS
     message = "weights are loaded into the DataParallel/DDP wrapper instead of the model it wraps"
     fix = "load the weights before wrapping, or load into `model.module` (keep a `model_without_ddp = model.module`)"
 

@@ -7,6 +7,7 @@ from typing import Iterator
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.values import wraps
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import SCRIPTS_ONLY
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -16,6 +17,7 @@ class PreferDDP(Rule):
     name = "prefer-ddp"
     short = "nn.DataParallel: prefer DistributedDataParallel (one process per GPU)"
     severity = Severity.INFO
+    kinds = SCRIPTS_ONLY
     message = (
         "nn.DataParallel runs one process with one thread per GPU: the Python side is bound by the GIL, "
         "the model is replicated to every GPU on every forward, and inputs are scattered from and outputs "

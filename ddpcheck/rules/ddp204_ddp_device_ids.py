@@ -13,6 +13,7 @@ from ddpcheck.model.env import env_writes
 from ddpcheck.model.script import ScriptModel, owner_class
 from ddpcheck.model.values import wraps
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -28,6 +29,7 @@ class DDPDeviceIds(Rule):
     name = "ddp-device-ids"
     short = "DDP without `device_ids` and no `set_device`: every rank uses GPU 0"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     message = ("a CUDA model is wrapped in DistributedDataParallel without `device_ids` in a script that never "
                "calls `torch.cuda.set_device`: the current device stays GPU 0 in every process")
     fix = ("call `torch.cuda.set_device(local_rank)` before `init_process_group` and wrap with "

@@ -15,6 +15,7 @@ from ddpcheck.model.memo import query
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import WrapInfo, wraps
 from ddpcheck.model.wrappers import tells_wrapper_apart, wrapper_in
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -74,6 +75,7 @@ class WrapperAttribute(Rule):
     code = "DDP205"
     name = "wrapper-attribute"
     severity = Severity.ERROR
+    kinds = NOT_TESTS
     short = "user attribute reached through the DDP wrapper: AttributeError"
     message = ("a method or attribute of the model is reached through the DDP/DataParallel wrapper, which does "
                "not forward it: AttributeError at run time")

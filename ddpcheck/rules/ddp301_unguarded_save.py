@@ -14,6 +14,7 @@ from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.reach import other_ranks_reach, unguarded_caller
 from ddpcheck.model.worlds import DN
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -87,6 +88,7 @@ class UnguardedSave(Rule):
     name = "unguarded-save"
     short = "checkpoint/log written by every rank: guard it with a rank-0 check"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     message = "checkpoint/log write reached on every rank"
     fix = ("guard it so only rank 0 writes: `if dist.get_rank() == 0:` (or your `is_main_process()` helper), "
            "or call a `save_on_master(...)` helper")

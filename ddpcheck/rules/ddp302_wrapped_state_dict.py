@@ -15,6 +15,7 @@ from ddpcheck.model.saves import STRIPS_MODULE_PREFIX, is_save_sink, saved_state
 from ddpcheck.model.wrappers import strips_prefix, tells_wrapper_apart, wrapper_in
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import unwrap_edit
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -39,6 +40,7 @@ class WrappedStateDict(Rule):
     name = "wrapped-state-dict"
     short = "wrapper's state_dict saved: keys get a `module.` prefix"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     fixable = True
     message = ("the state_dict of the DDP/DataParallel wrapper is saved: every key gets a `module.` prefix, "
                "so the checkpoint does not load into the plain model")

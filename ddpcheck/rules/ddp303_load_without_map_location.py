@@ -16,6 +16,7 @@ from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
 from ddpcheck.model.launchers import runs_in_launcher_only
 from ddpcheck.rules.autofix import map_location_edit
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 TORCH_LOAD = ("torch.load", "torch.serialization.load")
@@ -100,6 +101,7 @@ class LoadWithoutMapLocation(Rule):
     name = "load-without-map-location"
     short = "torch.load without map_location on every rank: all load onto GPU 0"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     fixable = True
     message = ("torch.load without map_location on every rank: tensors come back on the GPU they were saved "
                "from (usually cuda:0), so every process allocates the checkpoint on GPU 0")

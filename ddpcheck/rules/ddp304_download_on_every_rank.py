@@ -9,6 +9,7 @@ from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.downloads import download_call, same_download
 from ddpcheck.model.rankfirst import every_rank_at_once, helper_work_at_once
 from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 _WHY = {
@@ -25,6 +26,7 @@ class DownloadOnEveryRank(Rule):
     code = "DDP304"
     name = "download-on-every-rank"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     short = "data set download run by every rank at once"
     message = ("a download runs on every rank at once: N processes write and extract the same archive "
                "into the same folder, and a rank can read a half-written file")

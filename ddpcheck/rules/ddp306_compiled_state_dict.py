@@ -13,6 +13,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.positions import where
 from ddpcheck.model.saves import STRIPS_COMPILE_PREFIX, is_save_sink, saved_state_dicts
 from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 # The script deals with the prefix itself (strips it on load, unwraps before saving).
@@ -29,6 +30,7 @@ class CompiledStateDict(Rule):
     code = "DDP306"
     name = "compiled-state-dict"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     short = "state_dict of a torch.compile result saved: keys get `_orig_mod.`"
     message = ("the state_dict of a `torch.compile(model)` result is saved: every key gets an `_orig_mod.` "
                "prefix, so the checkpoint does not load into the plain model")

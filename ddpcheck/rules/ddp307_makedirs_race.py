@@ -10,6 +10,7 @@ from ddpcheck.model.makedirs import folder_creation, racy_folder_creation
 from ddpcheck.model.rankfirst import every_rank_at_once, helper_work_at_once
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.rules.autofix import exist_ok_edit
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 _CHECKED = ("the existence check and the creation are not atomic, so several ranks see the folder missing and "
@@ -22,6 +23,7 @@ class MakedirsRace(Rule):
     code = "DDP307"
     name = "makedirs-race"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     short = "folder created on every rank without `exist_ok=True`: FileExistsError"
     fixable = True
     message = ("a folder is created on every rank without `exist_ok=True`: the ranks race, and all but the "

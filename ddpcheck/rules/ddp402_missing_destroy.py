@@ -9,6 +9,7 @@ from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.reach import script_reaches
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import destroy_edit
+from ddpcheck.model.filekind import SCRIPTS_ONLY
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -18,6 +19,7 @@ class MissingDestroy(Rule):
     name = "missing-destroy"
     short = "process group never destroyed"
     severity = Severity.INFO
+    kinds = SCRIPTS_ONLY
     fixable = True
     message = (
         "the process group started here is never destroyed: PyTorch warns about it at exit, pending NCCL "

@@ -12,6 +12,7 @@ from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.positions import where
 from ddpcheck.model.values import exclusive
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import SCRIPTS_ONLY
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -91,6 +92,7 @@ class RankBeforeInit(Rule):
     name = "rank-before-init"
     short = "rank/world size or a collective used before init_process_group"
     severity = Severity.ERROR
+    kinds = SCRIPTS_ONLY
     message = ("`get_rank()` / `get_world_size()` / a collective runs before init_process_group: torch raises "
                "\"Default process group has not been initialized\"")
     fix = ("start the process group first (`dist.init_process_group(...)` or your `init_distributed_mode(args)`), "

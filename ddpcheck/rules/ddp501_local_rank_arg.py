@@ -10,6 +10,7 @@ from ddpcheck.model.env import env_reads
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import local_rank_edit
+from ddpcheck.model.filekind import SCRIPTS_ONLY
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees
 
@@ -59,6 +60,7 @@ class LocalRankArg(Rule):
     name = "local-rank-arg"
     short = "only `--local_rank` accepted: torch>=2.0 passes `--local-rank`"
     severity = Severity.ERROR
+    kinds = SCRIPTS_ONLY
     fixable = True
     message = (
         "the script only accepts `--local_rank`: torch>=2.0's `torch.distributed.launch` passes "

@@ -10,6 +10,7 @@ from ddpcheck.model.script import CallSite, Ctx, ScriptModel
 from ddpcheck.model.positions import where
 from ddpcheck.model.values import exclusive
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -86,6 +87,7 @@ class LateCudaVisibleDevices(Rule):
     name = "late-cuda-visible-devices"
     short = "CUDA_VISIBLE_DEVICES set after CUDA initialised: it has no effect"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     message = ("CUDA_VISIBLE_DEVICES is set after CUDA was initialised: the driver reads it once, at "
                "initialisation, so this assignment changes nothing")
     fix = ("set it before anything touches CUDA (first lines of the script, before `import torch` to be safe), "

@@ -8,6 +8,7 @@ from ddpcheck.model.devices import all_ranks_on_one_gpu
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.positions import where
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -17,6 +18,7 @@ class MissingSetDevice(Rule):
     name = "missing-set-device"
     short = "NCCL without `torch.cuda.set_device`: every rank uses GPU 0"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     message = ("an NCCL process group is started without `torch.cuda.set_device(local_rank)` while tensors "
                "go to a bare \"cuda\": every rank uses GPU 0")
     fix = ("pick each process's GPU before anything touches CUDA: "

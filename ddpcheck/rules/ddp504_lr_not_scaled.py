@@ -18,6 +18,7 @@ from ddpcheck.model.values import held_loaders, loaders
 from ddpcheck.model.vocabulary import LR_NAME, LR_SCALING_CALL, WORLD_SIZE
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
+from ddpcheck.model.filekind import SCRIPTS_ONLY
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees
 
@@ -106,6 +107,7 @@ class LrNotScaled(Rule):
     name = "lr-not-scaled"
     short = "batch grows with the GPU count but the learning rate is not scaled"
     severity = Severity.INFO
+    kinds = SCRIPTS_ONLY
     message = ("the effective batch grows with the number of GPUs (per-GPU batch x world size) but the learning "
                "rate is used unchanged from the config")
     fix = ("scale it with the world size: linear `lr = base_lr * world_size` (with warmup; the usual choice for "

@@ -10,6 +10,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.ranks import RankKind, rank_origin
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.worlds import DISTRIBUTED
+from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -18,6 +19,7 @@ class GlobalRankAsDevice(Rule):
     code = "DDP505"
     name = "global-rank-as-device"
     severity = Severity.WARNING
+    kinds = NOT_TESTS
     short = "global rank used as the GPU index: fails on a second node"
     message = ("the global rank picks the GPU: on one node it equals the local rank, on a second node rank 8 "
                "asks for GPU 8 of a machine that has 8 (\"invalid device ordinal\")")
