@@ -11,6 +11,7 @@ import libcst as cst
 from ddpcheck.lint.pathmatch import matches_any, relative_posix
 from ddpcheck.model.filekind import LIBRARY, SCRIPT, TEST, library_module, test_functions
 from ddpcheck.model.positions import positions_of
+from ddpcheck.model.processes import one_process
 from ddpcheck.model.project import Project
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Applicability, Finding
@@ -75,10 +76,16 @@ def rule_hits(text: str, path: str, settings: LintSettings, project: Project | N
     kind = file_kind(model, settings)
     hits = []
     crashed = []
+    single = None   # asked only when a rule needs two ranks or more
     for code in sorted(settings.enabled):
         rule_cls = REGISTRY.get(code)
         if rule_cls is None or kind not in rule_cls.kinds:
             continue
+        if rule_cls.needs_ranks:
+            if single is None:
+                single = one_process(model) is not None
+            if single:
+                continue
         rule = rule_cls()
         try:
             hits.extend((rule, hit) for hit in rule.check(model))

@@ -80,6 +80,8 @@ class Project:
         # imports up again for the next script, but the edge stays here. The
         # result cache keys a script's findings on everything reachable from it.
         self._edges: dict[str, set[str]] = {}
+        # search root -> the documented launch commands of that project (model/launch.py)
+        self.launch_docs: dict[str, object] = {}
 
     # -- models -------------------------------------------------------------------
     def build(self, path: str, module: cst.Module, text: str | None = None) -> ScriptModel:
@@ -235,6 +237,11 @@ class Project:
         return found
 
     # -- what an analysis read ---------------------------------------------------
+    def depends_on(self, path: str, other: str) -> None:
+        """The analysis of `path` read `other` (a launch script, a document):
+        its findings are stale when `other` changes."""
+        self._edges.setdefault(os.path.abspath(path), set()).add(os.path.abspath(other))
+
     def helpers_read(self, path: str) -> tuple[str, ...]:
         """The local modules the analysis of `path` found through its imports,
         directly or through other helpers (absolute paths, sorted)."""

@@ -141,6 +141,10 @@ class Rule:
     # The kinds of file the rule looks at (model/filekind.py: "script", "test",
     # "library"); its page says which and why (Precision notes).
     kinds: ClassVar[frozenset[str]] = ALL_KINDS
+    # The harm needs two processes or more (a race, a hang, a batch times the
+    # world size): a script whose own evidence shows one process is not
+    # checked (model/processes.py); its page says so.
+    needs_ranks: ClassVar[bool] = False
 
     def check(self, model: "ScriptModel") -> Iterator[Hit]:
         raise NotImplementedError

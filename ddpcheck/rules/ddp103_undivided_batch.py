@@ -8,6 +8,7 @@ import libcst as cst
 
 from ddpcheck.model.arguments import options
 from ddpcheck.model.batches import divided_by_world, is_global_batch_name
+from ddpcheck.model.launch import launch_commands
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import loaders
@@ -29,6 +30,13 @@ def _name(expr: cst.BaseExpression) -> str | None:
     return None
 
 
+def _divided_by_launch(model: ScriptModel, flags: tuple[str, ...]) -> bool:
+    """A documented launch command passes the option a value its shell
+    script divides (`--train_batch_size $((TOTAL / NGPU))`): the division is
+    done outside Python, and what the script receives is per GPU."""
+    return any(flag in c.divided for c in launch_commands(model) for flag in flags)
+
+
 @register
 class UndividedBatch(Rule):
     code = "DDP103"
@@ -36,6 +44,7 @@ class UndividedBatch(Rule):
     short = "global batch size used as the per-process batch"
     severity = Severity.WARNING
     kinds = NOT_TESTS
+    needs_ranks = True
     message = "a global batch size is used as the per-process batch of a DistributedSampler loader"
     fix = "divide it by the world size: `batch_size = global_batch_size // dist.get_world_size()`"
 
@@ -56,6 +65,8 @@ class UndividedBatch(Rule):
                 why = f"its name says `{last}` is the global batch"
             elif last in documented:
                 option = documented[last]
+                if _divided_by_launch(model, option.flags):
+                    continue   # the launch script passes a per-GPU value: its help text is stale
                 flag = next((f for f in option.flags if f.startswith("--")), option.flags[0])
                 why = f"`{flag}` is documented as \"{option.help.strip()}\""
             if why is None or divided_by_world(model, name):

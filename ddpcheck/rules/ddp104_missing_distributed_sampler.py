@@ -125,6 +125,7 @@ class MissingDistributedSampler(Rule):
     short = "training DataLoader has no DistributedSampler: every rank sees all the data"
     severity = Severity.WARNING
     kinds = NOT_TESTS
+    needs_ranks = True
     message = ("the model is wrapped in DistributedDataParallel but the training DataLoader has no "
                "DistributedSampler: every rank iterates the whole data set")
     fix = ("`sampler = DistributedSampler(dataset) if args.distributed else None`; "

@@ -55,6 +55,7 @@ class EvalSamplerPadding(Rule):
     short = "eval DistributedSampler pads with repeated samples: metrics count them twice"
     severity = Severity.INFO
     kinds = NOT_TESTS
+    needs_ranks = True
     message = ("the evaluation loader uses a DistributedSampler without drop_last: it pads the data set with "
                "repeated samples so every rank gets the same count, and metrics count those samples twice")
     fix = ("accept it only when len(dataset) is a multiple of the world size; otherwise gather predictions with "

@@ -114,6 +114,7 @@ class UnreducedMetric(Rule):
     short = "metric from one rank's shard reported without an all_reduce"
     severity = Severity.WARNING
     kinds = NOT_TESTS
+    needs_ranks = True
     message = ("an evaluation metric accumulated over a DistributedSampler shard is reported without "
                "a reduction across ranks: it describes one rank's share of the data")
     fix = ("sum the counts across ranks before dividing: `t = torch.tensor([correct, total], device=device)`, "

@@ -89,6 +89,7 @@ class UnguardedSave(Rule):
     short = "checkpoint/log written by every rank: guard it with a rank-0 check"
     severity = Severity.WARNING
     kinds = NOT_TESTS
+    needs_ranks = True
     message = "checkpoint/log write reached on every rank"
     fix = ("guard it so only rank 0 writes: `if dist.get_rank() == 0:` (or your `is_main_process()` helper), "
            "or call a `save_on_master(...)` helper")

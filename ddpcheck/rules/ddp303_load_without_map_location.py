@@ -102,6 +102,7 @@ class LoadWithoutMapLocation(Rule):
     short = "torch.load without map_location on every rank: all load onto GPU 0"
     severity = Severity.WARNING
     kinds = NOT_TESTS
+    needs_ranks = True
     fixable = True
     message = ("torch.load without map_location on every rank: tensors come back on the GPU they were saved "
                "from (usually cuda:0), so every process allocates the checkpoint on GPU 0")

@@ -27,6 +27,7 @@ class DownloadOnEveryRank(Rule):
     name = "download-on-every-rank"
     severity = Severity.WARNING
     kinds = NOT_TESTS
+    needs_ranks = True
     short = "data set download run by every rank at once"
     message = ("a download runs on every rank at once: N processes write and extract the same archive "
                "into the same folder, and a rank can read a half-written file")

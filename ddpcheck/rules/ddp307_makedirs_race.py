@@ -24,6 +24,7 @@ class MakedirsRace(Rule):
     name = "makedirs-race"
     severity = Severity.WARNING
     kinds = NOT_TESTS
+    needs_ranks = True
     short = "folder created on every rank without `exist_ok=True`: FileExistsError"
     fixable = True
     message = ("a folder is created on every rank without `exist_ok=True`: the ranks race, and all but the "

@@ -23,6 +23,7 @@ class CollectiveInRankBranch(Rule):
     name = "collective-in-rank-branch"
     short = "collective reached by only some ranks: the job hangs"
     severity = Severity.ERROR
+    needs_ranks = True
     message = "a collective is reached by only some ranks: the others never join it and the job hangs"
     fix = ("call it on every rank (move it out of the rank test), or pair it: `if rank != 0: dist.barrier()` "
            "before the rank-0 work and `if rank == 0: dist.barrier()` after it")

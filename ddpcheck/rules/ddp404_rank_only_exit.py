@@ -23,6 +23,7 @@ class RankOnlyExit(Rule):
     code = "DDP404"
     name = "rank-only-exit"
     severity = Severity.ERROR
+    needs_ranks = True
     short = "only some ranks leave a loop that runs a collective: hang"
     message = ("only some ranks leave a loop whose iterations run a collective: the others wait in the next "
                "iteration's collective forever")

@@ -32,6 +32,7 @@ class CollectiveStateDictInRankBranch(Rule):
     code = "DDP405"
     name = "collective-state-dict-in-rank-branch"
     severity = Severity.ERROR
+    needs_ranks = True
     short = "sharded checkpoint collective called on rank 0 only: hang"
     message = ("a sharded model's state_dict / checkpoint call is a collective but only rank 0 makes it: "
                "the job hangs")

@@ -7,6 +7,8 @@ from typing import Iterator
 from ddpcheck.model.arguments import options
 from ddpcheck.model.distributed import starts_own_workers
 from ddpcheck.model.env import env_reads
+from ddpcheck.model.filekind import has_main_guard
+from ddpcheck.model.launch import LaunchCommand, launch_commands, option_module_users
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import local_rank_edit
@@ -76,8 +78,25 @@ class LocalRankArg(Rule):
         underscore = [o for o in opts if "--local_rank" in o.flags]
         if not underscore or any("--local-rank" in o.flags for o in opts):
             return
-        if starts_own_workers(model) or _uses_deepspeed(model):
-            return   # no torch launcher: the script spawns its workers, or DeepSpeed's passes `--local_rank`
+        if starts_own_workers(model):
+            return   # no launcher: the script spawns its workers
+        if _options_module(model):
+            yield from self._options_module(model, underscore)
+            return
+        commands = launch_commands(model)
+        breaking = [c for c in commands if c.rank_argument == "--local-rank"]
+        if breaking:
+            # the script's own documented command cannot start it on today's torch
+            for o in underscore:
+                yield Hit(o.site.node, message=_documented_break(breaking[0]),
+                          edit=local_rank_edit(o.site))
+            return
+        if commands or _uses_deepspeed(model):
+            # every documented launcher passes `--local_rank` (deepspeed) or no rank argument
+            # (torchrun, accelerate launch, srun, submitit, plain python): the spelling is right for
+            # them; what is left is an option read instead of LOCAL_RANK under a launcher that sets it
+            yield from self._read_without_env(model, underscore, commands)
+            return
         env_fallback = reads_local_rank_env(model)
         known_only = _known_args_only(model)
         for o in underscore:
@@ -101,3 +120,64 @@ class LocalRankArg(Rule):
                     f"process exits at start with \"unrecognized arguments: --local-rank=0\"; {LAUNCHERS}"
                 ), fix=("accept both spellings: `parser.add_argument(\"--local-rank\", \"--local_rank\", "
                         "type=int, default=int(os.environ.get(\"LOCAL_RANK\", -1)))`"), edit=local_rank_edit(o.site))
+
+    def _read_without_env(self, model: ScriptModel, underscore, commands) -> Iterator[Hit]:
+        """A documented launcher that passes no rank argument, and the script
+        reads the option with no fallback to LOCAL_RANK: it keeps its default."""
+        silent = next((c for c in commands if c.sets_local_rank_env), None)
+        if silent is None or reads_local_rank_env(model) or _known_args_only(model):
+            return
+        for o in underscore:
+            if not _option_read(model, o.dest):
+                continue
+            default = model.module.code_for_node(o.default).strip() if o.default is not None else "None"
+            yield Hit(o.site.node, message=(
+                f"`args.{o.dest}` is read, but the documented launcher (`{silent.where}`: `{_short(silent)}`) "
+                f"passes no rank argument (it sets LOCAL_RANK), and nothing reads LOCAL_RANK: `args.{o.dest}` "
+                f"stays `{default}` on every process, so every rank picks the same GPU (or the script does not "
+                f"go distributed); {LAUNCHERS}"
+            ), edit=local_rank_edit(o.site))
+
+    def _options_module(self, model: ScriptModel, underscore) -> Iterator[Hit]:
+        """`--local_rank` declared in a module of options that scripts import
+        (`from options import get_args`): judged by those scripts."""
+        users = option_module_users(model)
+        if not users:
+            return   # nobody in the project imports it: who parses it is unknown
+        for user in users:
+            if user.uses_deepspeed or not user.commands or user.reads_env:
+                continue   # DeepSpeed's launcher, no documented launch, or LOCAL_RANK read
+            breaking = [c for c in user.commands if c.rank_argument == "--local-rank"]
+            silent = [c for c in user.commands if c.sets_local_rank_env]
+            for o in underscore:
+                if breaking:
+                    yield Hit(o.site.node, message=_documented_break(breaking[0], user.name),
+                              edit=local_rank_edit(o.site))
+                elif silent and f".{o.dest}" in user.text:
+                    default = model.module.code_for_node(o.default).strip() if o.default is not None else "None"
+                    yield Hit(o.site.node, message=(
+                        f"`{user.name}` reads `.{o.dest}` from these options and nothing reads LOCAL_RANK, "
+                        f"but its documented launcher (`{silent[0].where}`: `{_short(silent[0])}`) passes no "
+                        f"rank argument: `{o.dest}` stays `{default}` on every process, so every rank picks "
+                        f"the same GPU (or the script does not go distributed); {LAUNCHERS}"
+                    ), edit=local_rank_edit(o.site))
+            return
+
+
+def _options_module(model: ScriptModel) -> bool:
+    """A module of options that scripts import: no main guard, and nothing
+    parses the command line at its top level (its importers call it)."""
+    return not has_main_guard(model) and not any(
+        c.attr in ("parse_args", "parse_known_args") for c in model.calls_in(None))
+
+
+def _short(command: LaunchCommand, width: int = 90) -> str:
+    return command.text if len(command.text) <= width else command.text[: width - 3] + "..."
+
+
+def _documented_break(command: LaunchCommand, user: str | None = None) -> str:
+    whose = f"`{user}`'s documented command" if user else "the documented command"
+    return (f"`--local_rank` is the only spelling accepted here, and {whose} (`{command.where}`: "
+            f"`{_short(command)}`) runs `python -m torch.distributed.launch` without `--use-env`, which passes "
+            "`--local-rank=N` since torch 2.0: every process exits at start with \"unrecognized arguments: "
+            f"--local-rank=0\"; {LAUNCHERS}")

@@ -19,6 +19,7 @@ class MissingSetDevice(Rule):
     short = "NCCL without `torch.cuda.set_device`: every rank uses GPU 0"
     severity = Severity.WARNING
     kinds = NOT_TESTS
+    needs_ranks = True
     message = ("an NCCL process group is started without `torch.cuda.set_device(local_rank)` while tensors "
                "go to a bare \"cuda\": every rank uses GPU 0")
     fix = ("pick each process's GPU before anything touches CUDA: "

@@ -108,6 +108,7 @@ class LrNotScaled(Rule):
     short = "batch grows with the GPU count but the learning rate is not scaled"
     severity = Severity.INFO
     kinds = SCRIPTS_ONLY
+    needs_ranks = True
     message = ("the effective batch grows with the number of GPUs (per-GPU batch x world size) but the learning "
                "rate is used unchanged from the config")
     fix = ("scale it with the world size: linear `lr = base_lr * world_size` (with warmup; the usual choice for "

@@ -20,6 +20,7 @@ class GlobalRankAsDevice(Rule):
     name = "global-rank-as-device"
     severity = Severity.WARNING
     kinds = NOT_TESTS
+    needs_ranks = True
     short = "global rank used as the GPU index: fails on a second node"
     message = ("the global rank picks the GPU: on one node it equals the local rank, on a second node rank 8 "
                "asks for GPU 8 of a machine that has 8 (\"invalid device ordinal\")")

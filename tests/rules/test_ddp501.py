@@ -40,7 +40,8 @@ def test_every_environment_read_counts_as_a_fallback():
         'from os import environ\nlocal_rank = int(environ["LOCAL_RANK"])',
     ]
     for read in reads:
-        src = PARSER + 'parser.add_argument("--local_rank", type=int, default=0)\n' + read + "\n"
+        src = (PARSER + 'parser.add_argument("--local_rank", type=int, default=0)\nargs = parser.parse_args()\n'
+               + read + "\n")
         assert severities(src) == ["INFO"], read
 
 

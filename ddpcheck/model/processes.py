@@ -1,0 +1,50 @@
+"""A process group of one process is not a multi-rank group.
+
+Some scripts start a process group although they run as one process: a
+DeepSpeed engine needs a group even on one GPU (`deepspeed --num_gpus 1`,
+`python -m torch.distributed.launch --nproc_per_node=1`), a library
+initialises one with `world_size=1, rank=0`. Races between ranks, collectives
+only some ranks reach, a batch multiplied by the world size: none of that can
+happen with one process. `one_process` says when the script's own evidence
+shows one process:
+
+- every process group it starts is given the literal `world_size=1`; or
+- every documented launch command of the script (model/launch.py) runs one
+  process (`--nproc_per_node=1`, `--num_gpus 1`, a plain `python train.py`
+  of a script that does not spawn its own workers), and there is at least one.
+
+An undocumented process count (`--nproc_per_node=$NGPU`) is not one process.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from ddpcheck.model.distributed import is_init_call, starts_own_workers
+from ddpcheck.model.launch import PYTHON, launch_commands
+from ddpcheck.model.memo import query
+from ddpcheck.model.script import ScriptModel
+
+
+def _literal_one(expr: cst.BaseExpression | None) -> bool:
+    return isinstance(expr, cst.Integer) and expr.evaluated_value == 1
+
+
+@query(on_cycle=None)
+def one_process(model: ScriptModel) -> str | None:
+    """Why the script runs as one process (for messages and tests), or None
+    when it may run several."""
+    inits = [c for c in model.calls if is_init_call(model, c)]
+    if inits and all(_literal_one(c.arg("world_size", 3)) for c in inits):
+        return "its process group is started with `world_size=1`"
+    commands = launch_commands(model)
+    if not commands:
+        return None
+    spawns = starts_own_workers(model)
+    for c in commands:
+        if c.processes != 1 or (c.launcher == PYTHON and spawns):
+            return None
+    return f"every documented launch runs one process ({commands[0].where}: `{commands[0].text}`)"
+
+
+__all__ = ["one_process"]
