@@ -602,10 +602,15 @@ class ScriptBuilder:
 
     def _walk_call(self, node: cst.Call):
         self._begin_reads()
-        self.visit_Call(node)
+        self.order += 1   # the names read by the call come after what ran before it
+        self._ref_ctx_cache = None
         yield node.func
         for arg in node.args:
             yield from self._read(arg.value)
+        # recorded once its function and arguments are evaluated: the source
+        # order of calls is the order Python runs them (`PartialState().wait()`
+        # makes the state first, then waits)
+        self.visit_Call(node)
         self._end_reads(node)
 
     def _walk_attribute(self, node: cst.Attribute):

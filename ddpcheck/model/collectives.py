@@ -30,7 +30,8 @@ from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import DDP_NAMES, DDP_NEED, call_site, exclusive, is_ddp_wrap, origins
+from ddpcheck.model.values import DDP_NAMES, DDP_NEED, call_site, exclusive, is_ddp_wrap
+from ddpcheck.model.flow import called_qual, instance_of, value_of
 from ddpcheck.model.worlds import DISTRIBUTED, only_some_ranks
 from ddpcheck.model.flow import resolve_call
 
@@ -116,8 +117,10 @@ def collective_kind(model: ScriptModel, site: CallSite) -> str | None:
 
 
 def _is_accelerator(model: ScriptModel, site: CallSite) -> bool:
-    return any((o.qual or "").startswith("accelerate.") and o.qual.endswith("Accelerator")
-               for _, o in origins(model, site.receiver, site.ctx.function))
+    """The call's receiver holds an `accelerate.Accelerator` (or a subclass)."""
+    return any((called_qual(a.model, a.site) or "").startswith("accelerate.") and
+               (called_qual(a.model, a.site) or "").endswith("Accelerator") or instance_of(a, "Accelerator")
+               for a in value_of(model, site.receiver).made)
 
 
 def is_subgroup_call(site: CallSite) -> bool:
@@ -145,27 +148,16 @@ def _wrap_broadcasts(site: CallSite) -> bool:
     return not (isinstance(bb, cst.Name) and bb.value == "False")
 
 
-def holds_ddp(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None,
+def holds_ddp(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None = None,
               before: int | None = None) -> CallSite | None:
-    """The DDP wrap (with broadcast_buffers on) that `expr` holds, if any.
-    Follows the last assignment before `before` in the same function, else
-    every assignment visible from the scope."""
-    key = dotted_name(expr)
-    if key is None:
+    """The DDP wrap (with broadcast_buffers on) that `expr` holds where it
+    is read, if any (a parameter: the caller decides, see `calls_param`)."""
+    if not isinstance(expr, (cst.Name, cst.Attribute)):
         return None
-    root = key.split(".")[0]
-    if scope is not None and root in scope.params and root not in ("self", "cls"):
-        return None   # a parameter: the caller decides (see `forwards_param`)
-    assigns = [a for a in model.assignments(key, scope) if a.value is not None and a.augmented is None]
-    if before is not None and scope is not None:
-        earlier = [a for a in assigns if a.ctx.function is scope and a.ctx.order < before]
-        if earlier:
-            assigns = [max(earlier, key=lambda a: a.ctx.order)]
-    for a in assigns:
-        for m, o in origins(model, a.value, a.ctx.function):
-            if is_ddp_wrap(m, o) and not (o.qual or "").startswith("apex."):
-                return o if _wrap_broadcasts(o) else None
-    return None
+    wrapped = sorted((a.site for a in value_of(model, expr).made
+                      if is_ddp_wrap(a.model, a.site) and not (a.site.qual or "").startswith("apex.")),
+                     key=lambda site: site.ctx.order)
+    return next((site for site in wrapped if _wrap_broadcasts(site)), None)
 
 
 def ddp_forward(model: ScriptModel, site: CallSite) -> CallSite | None:

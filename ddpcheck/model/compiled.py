@@ -8,10 +8,11 @@ from anything else at the line (`model = model._orig_mod`) does not hold it."""
 
 from __future__ import annotations
 
+import libcst as cst
+
+from ddpcheck.model.flow import Member, called_qual, value_of
 from ddpcheck.model.memo import query
-from ddpcheck.model.script import CallSite, Ctx, ScriptModel, owner_class
-from ddpcheck.model.values import _direct_values, key_of
-from ddpcheck.model.reaching import reaching_assignments
+from ddpcheck.model.script import CallSite, Ctx, ScriptModel, exclusive
 
 COMPILE_FUNCTIONS = ("torch.compile",)
 
@@ -23,31 +24,22 @@ def compile_calls(model: ScriptModel) -> tuple[CallSite, ...]:
 
 
 @query(on_cycle=None)
-def compiled_held(model: ScriptModel, key: str, ctx: Ctx) -> CallSite | None:
-    """The `torch.compile(...)` call whose result `key` holds at `ctx`, or None."""
-    calls = [c for c in compile_calls(model) if key_of(model, c) == key]
-    if key.startswith("self."):
-        # `self.model` of another class is another object
-        calls = [c for c in calls if owner_class(c.ctx) == owner_class(ctx)]
+def compiled_held(model: ScriptModel, expr: cst.BaseExpression, ctx: Ctx) -> CallSite | None:
+    """The `torch.compile(...)` call whose result `expr` holds where it is
+    read (through any name, attribute or call of the tree), or None; none
+    when the value is also what some code takes `_orig_mod` of (the author
+    unwraps it)."""
+    value = value_of(model, expr)
+    calls = [a for a in value.made if a.site.qual in COMPILE_FUNCTIONS or
+             (called_qual(a.model, a.site) or "") in COMPILE_FUNCTIONS]
     if not calls:
         return None
-    scope = ctx.function
-    assigns = [a for a in model.assignments(key, scope) if a.augmented is None]
-    if key.startswith("self.") and not any(a.ctx.function is scope and a.ctx.order < ctx.order for a in assigns):
-        # set up in another method (`__init__`): compiled, unless the class unwraps it somewhere
-        if any(a.value is not None and "_orig_mod" in model.module.code_for_node(a.value) for a in assigns):
-            return None
-        return next((c for c in calls if c.ctx.function is not scope), None)
-    if key.startswith("self."):
-        assigns = [a for a in assigns if a.ctx.function is scope]
+    if any(isinstance(a, Member) and a.name == "_orig_mod" for a in value.atoms):
+        return None
     here = model.worlds(ctx)
-    for a in reaching_assignments(assigns, ctx):
-        if a.value is None:
-            continue
-        for v in _direct_values(a.value):
-            for c in calls:
-                if v is c.node and model.worlds(c.ctx) & here:
-                    return c
+    for atom in calls:
+        if atom.model is not model or (model.worlds(atom.site.ctx) & here and not exclusive(atom.site.ctx, ctx)):
+            return atom.site
     return None
 
 

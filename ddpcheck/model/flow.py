@@ -62,10 +62,11 @@ import libcst as cst
 from ddpcheck.model.dataflow import Entry
 from ddpcheck.model.library import (
     BUILTINS, CLASS_METHOD, ELEMENTS_OF_FIRST, ITERABLE_KEYWORDS, ITERATION_WRAPPERS, MANAGED_LOADERS,
-    NOT_ITERATING, PROPERTY, RETURNS_RECEIVER, STATIC,
+    NOT_ITERATING, PROPERTY, RETURNS_FIRST_ARGUMENT, RETURNS_RECEIVER, STATIC,
 )
 from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name, is_torch_api
+from ddpcheck.model.reads import reads
 from ddpcheck.model.scan import Need
 from ddpcheck.model.script import Binding, CallSite, ClassInfo, FunctionInfo, Loop, ScriptModel
 
@@ -506,7 +507,7 @@ def _member_read(model: ScriptModel, node: cst.BaseExpression, entry: Entry) -> 
         if key is None:
             base = dotted_name(node.value)
             key = f"{base}{member}" if base else None
-        if key is not None:
+        if key is not None and namespace_key(key):
             same = [b for b in bindings_of(model, key) if b.ctx.function is not entry.scope
                     and getattr(b, "augmented", None) is None]
             found = found | union(binding_value(model, b) for b in same)
@@ -1048,6 +1049,8 @@ def _member_call(model: ScriptModel, site: CallSite, callee: Member) -> Value:
 
 def _library_call(model: ScriptModel, site: CallSite, qual: str) -> Value:
     node = site.node
+    if qual.rpartition(".")[2] in RETURNS_FIRST_ARGUMENT and node.args and not node.args[0].star:
+        return _value(model, node.args[0].value)
     if qual == "dict":
         entries = []
         open_ = False
@@ -1149,13 +1152,13 @@ def _substitute_atom(atom, replace) -> Value:
         receiver = _substitute_atom(atom.receiver, replace)
         if receiver == just(atom.receiver):
             return just(atom)
-        model = atom.receiver.model if isinstance(atom.receiver, Param) else None
-        return union(attribute_of(model or _model_of(r), r, atom.name) for r in receiver.atoms)
+        model = _model_of(atom)
+        return union(attribute_of(model, r, atom.name) for r in receiver.atoms)
     if isinstance(atom, Item):
         receiver = _substitute_atom(atom.receiver, replace)
         if receiver == just(atom.receiver):
             return just(atom)
-        model = _model_of(atom.receiver)
+        model = _model_of(atom)
         if isinstance(atom.key, int) and not isinstance(atom.key, bool):
             return element(model, receiver, atom.key)
         return _entry(model, receiver, atom.key)
@@ -1172,8 +1175,11 @@ def _substitute_atom(atom, replace) -> Value:
     return just(atom)
 
 
-def _model_of(atom) -> ScriptModel | None:
-    return getattr(atom, "model", None) or (_model_of(atom.receiver) if hasattr(atom, "receiver") else None)
+def _model_of(atom) -> ScriptModel:
+    """The file a projection (`Member`, `Item`) was read in: its parameter's."""
+    while isinstance(atom, (Member, Item)):
+        atom = atom.receiver
+    return atom.model   # a projection is only substituted when it reads from a Param, which has one
 
 
 def _dispatch(atom: Dispatch, receiver, replace) -> Value:
@@ -1411,6 +1417,31 @@ def called_name(model: ScriptModel, site: CallSite) -> str | None:
         if len(names) == 1 and None not in names:
             return names.pop()
     return site.attr
+
+
+@query(on_cycle=frozenset())
+def library_bases(model: ScriptModel, cls: ClassInfo) -> frozenset[str]:
+    """The qualified names of the library classes a class of the tree derives
+    from, through its bases of the tree (`class DistSampler(DistributedSampler)`)."""
+    found: set[str] = set()
+    for base in cls.bases:
+        for a in resolved_atoms(_value(model, base)).atoms:
+            if isinstance(a, Lib):
+                found.add(a.qual)
+            elif isinstance(a, Class):
+                found |= library_bases(a.model, a.cls)
+    return frozenset(found)
+
+
+def instance_of(atom, *names: str) -> bool:
+    """An object of torch's `names`: made by a call of one of them, or an
+    object of a class of the tree that derives from one."""
+    if not isinstance(atom, Made):
+        return False
+    if atom.is_api(*names):
+        return True
+    cls = instance_class(atom.model, atom)
+    return cls is not None and any(is_torch_api(q, *names) for q in library_bases(*cls))
 
 
 def is_api_call(model: ScriptModel, site: CallSite, *names: str) -> bool:
@@ -1786,6 +1817,32 @@ def consumed_per_epoch(model: ScriptModel, site: CallSite) -> bool:
     return any(p.consumed.holds(model, site) for p in epoch_passes(model))
 
 
+# -- what a value is computed from ------------------------------------------------------------
+
+@query(on_cycle=frozenset())
+def names_behind(model: ScriptModel, expr: cst.CSTNode) -> frozenset[str]:
+    """The names `expr` mentions (reads, and the keywords of the calls in
+    it) and, behind each name it reads, those the value bound to it mentions,
+    through names (not into the functions it calls): what a value is
+    computed from (`ds = Shard(data, rank=r)` ... `DataLoader(ds)`: `rank`)."""
+    found: set[str] = set(reads(model, expr))
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        if isinstance(node, cst.Call):
+            found.update(a.keyword.value for a in node.args if a.keyword is not None)
+        reach = model.reach.get(id(node))
+        if reach:
+            for b in reach:
+                source = getattr(b, "source", None) if not isinstance(b, Entry) else None
+                if source is not None and getattr(b, "augmented", None) is None:
+                    found |= names_behind(model, source)
+        stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
+    return frozenset(found)
+
+
 # -- walking the call graph -----------------------------------------------------------------
 
 @query(on_cycle=None)   # recursion reads as "no"
@@ -1829,5 +1886,5 @@ __all__ = [
     "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
     "consumed_per_epoch", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value",
     "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
-    "module_name_value", "resolve_import",
+    "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
 ]

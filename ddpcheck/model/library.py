@@ -15,6 +15,12 @@ RETURNS_RECEIVER = frozenset({
     "share_memory", "share_memory_", "apply", "to_empty", "zero_grad_",
 })
 
+# Library functions that return the module they are given, changed in place
+# (SyncBatchNorm conversion swaps the layers inside and hands back the same
+# top-level module: `model = convert_sync_batchnorm(model)` still holds the
+# DDP wrapper it was given).
+RETURNS_FIRST_ARGUMENT = frozenset({"convert_sync_batchnorm", "convert_syncbn_model"})
+
 # Calls whose iteration is the iteration of their arguments: `enumerate(loader)`,
 # `tqdm(loader)`, a prefetcher around the loader.
 ITERATION_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "cycle", "chain", "islice",
@@ -42,5 +48,5 @@ PROPERTY = frozenset({"property", "cached_property", "functools.cached_property"
 BUILTINS = frozenset(dir(builtins))
 
 
-__all__ = ["RETURNS_RECEIVER", "ITERATION_WRAPPERS", "NOT_ITERATING", "MANAGED_LOADERS", "ITERABLE_KEYWORDS",
+__all__ = ["RETURNS_RECEIVER", "RETURNS_FIRST_ARGUMENT", "ITERATION_WRAPPERS", "NOT_ITERATING", "MANAGED_LOADERS", "ITERABLE_KEYWORDS",
            "ELEMENTS_OF_FIRST", "STATIC", "CLASS_METHOD", "PROPERTY", "BUILTINS"]

@@ -60,34 +60,6 @@ def is_report(site: CallSite) -> bool:
     return (site.attr or "") in REPORT_ATTRS and site.receiver is not None
 
 
-def local_class(model: ScriptModel, site: CallSite) -> tuple[ScriptModel, str] | None:
-    """(model, class name) when `site` constructs a class defined in this file
-    or in a local module of the tree."""
-    func = site.node.func
-    if isinstance(func, cst.Name):
-        name = func.value
-        if name in model.class_names:
-            return model, name
-        src = model.imports.sources.get(name)
-        if src and model.project is not None and src[2] is not None:
-            path = model.project.find_module(model.path, src[0], src[1])
-            other = model.project.model_for(path) if path is not None else None
-            if other is not None and src[2] in other.class_names:
-                return other, src[2]
-        return None
-    if isinstance(func, cst.Attribute):
-        recv = dotted_name(func.value)
-        src = model.imports.sources.get(recv) if recv and "." not in recv else None
-        if src and model.project is not None:
-            module, level, attr = src
-            target = f"{module}.{attr}" if attr and module else (attr or module)
-            path = model.project.find_module(model.path, target, level)
-            other = model.project.model_for(path) if path is not None else None
-            if other is not None and func.attr.value in other.class_names:
-                return other, func.attr.value
-    return None
-
-
 def class_reduces(model: ScriptModel, class_name: str) -> bool:
     return any(is_reduction(c) for c in model.calls if c.ctx.class_name == class_name)
 
@@ -103,6 +75,6 @@ class Accumulator:
 
 
 __all__ = [
-    "is_reduction", "function_reduces", "is_report", "local_class", "class_reduces",
+    "is_reduction", "function_reduces", "is_report", "class_reduces",
     "Accumulator", "METER_CLASS",
 ]

@@ -39,6 +39,9 @@ _LIBRARY_ROOTS = {"torch", "torchvision", "torchaudio", "numpy", "accelerate", "
                   "pytorch_lightning", "deepspeed", "apex", "timm", "mmcv", "detectron2", "fairseq"}
 
 _INSTALL_DIRS = {"site-packages", "dist-packages"}
+# What marks the root of a project (where `python -m` and installs put it on the path).
+_ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+_MISSING = object()
 
 # A training repo's helpers import a handful of local modules; past this many
 # the question is answered "maybe" (so the modules are parsed when a call
@@ -72,6 +75,7 @@ class Project:
         # helper, or unreadable: it is never parsed either, so nothing is reached through it)
         self._scans: dict[str, tuple[int, ModuleScan | None]] = {}
         self._found: dict[tuple[str, str, int], Path | None] = {}
+        self._roots: dict[Path, Path | None] = {}
         self._bases_of: dict[tuple[str, int], list[Path]] = {}
         self._reaches: dict[tuple[str, Need], bool] = {}
         self._targets: dict[tuple[str, ModuleScan], tuple[str, ...]] = {}
@@ -116,6 +120,22 @@ class Project:
             return None
 
     # -- finding files --------------------------------------------------------
+    def _discovered_root(self, here: Path) -> Path | None:
+        """Without a configured root: the nearest folder above the file that
+        marks a project (pyproject.toml, setup.py, setup.cfg, .git), as pytest
+        and ruff find theirs; none for a file inside an installed package."""
+        found = self._roots.get(here, _MISSING)
+        if found is _MISSING:
+            found = None
+            for folder in (here, *here.parents):
+                if folder.name in _INSTALL_DIRS:
+                    found = None
+                    break
+                if found is None and any((folder / marker).exists() for marker in _ROOT_MARKERS):
+                    found = folder
+            self._roots[here] = found
+        return found
+
     def _bases(self, from_path: str, level: int) -> list[Path]:
         key = (os.path.dirname(os.path.abspath(from_path)), level)
         found = self._bases_of.get(key)
@@ -124,6 +144,11 @@ class Project:
         return found
 
     def _find_bases(self, from_path: str, level: int) -> list[Path]:
+        """The folders an import in `from_path` is looked up from, in
+        Python's order: relative imports from the file's package; absolute
+        ones from the script's folder, the folders above its packages, then
+        the project root and its `src/` (a src layout, whose package is on
+        the path once installed)."""
         here = Path(from_path).resolve().parent
         if level > 0:
             for _ in range(level - 1):
@@ -132,13 +157,14 @@ class Project:
         bases = [here]
         # walk up through packages (folders with __init__.py) to the folder above them
         cur = here
-        for _ in range(6):
-            if not (cur / "__init__.py").exists():
-                break
+        while (cur / "__init__.py").exists() and cur.parent != cur:
             cur = cur.parent
             bases.append(cur)
-        if self.root is not None and self.root not in bases:
-            bases.append(self.root)
+        root = self.root if self.root is not None else self._discovered_root(here)
+        if root is not None:
+            for folder in (root, root / "src"):
+                if folder not in bases and folder.is_dir():
+                    bases.append(folder)
         # An install folder holds other distributions (torch's source sits
         # beside sympy and jinja2): they are libraries, not the project's
         # helpers, so a file inside an installed package resolves only its

@@ -84,6 +84,24 @@ class CallSite:
         return any(a.star for a in self.node.args)
 
 
+def exclusive(a: Ctx, b: Ctx) -> bool:
+    """Two places never run in the same pass: the two arms of one `if`, or of
+    two `if`s with the same test (`if args.distributed: model = DDP(model)`
+    ... later `if args.distributed: ... else: <b>`). The one answer to "is
+    this the other arm"."""
+    if not a.branches or not b.branches:
+        return False
+    arms = {id(br.test): br.positive for br in a.branches}
+    if any(arms.get(id(br.test), br.positive) != br.positive for br in b.branches):
+        return True
+    for x in a.branches:
+        for y in b.branches:
+            if x.test is not y.test and x.positive != y.positive and x.function is y.function \
+                    and type(x.test) is type(y.test) and x.test.deep_equals(y.test):
+                return True
+    return False
+
+
 def owner_class(ctx: Ctx) -> str | None:
     """The class whose code `ctx` is in: a method's class, or the class body."""
     return ctx.function.class_name if ctx.function is not None else ctx.class_name

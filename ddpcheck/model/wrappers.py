@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.flow import arguments_for, constant_of, loops_in
+from ddpcheck.model.flow import Member, Value, arguments_for, constant_of, loops_in, value_of
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
-from ddpcheck.model.reaching import reaching_assignments
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.script import Assign, CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
-from ddpcheck.model.values import WrapInfo, _direct_values, exclusive, wraps
+from ddpcheck.model.values import WrapInfo, wraps
+from ddpcheck.model.script import exclusive
 
 # Names whose reading in a test tells the wrapper apart from the model it wraps:
 # `model.module if hasattr(model, "module") else model`, `isinstance(model, DDP)`.
@@ -30,56 +30,58 @@ def tells_wrapper_apart(model: ScriptModel, test: cst.BaseExpression) -> bool:
     return any(n.rpartition(".")[2] in _UNWRAP_NAMES for n in reads(model, test))
 
 
-def _unwraps(model: ScriptModel, key: str, value) -> bool:
-    return reads_name(reads(model, value), f"{key}.module")
+def wraps_held(model: ScriptModel, value: Value, ctx: Ctx) -> list[WrapInfo]:
+    """The DDP / DataParallel wraps among a value's objects that can be what
+    it holds at `ctx` (a wrap in a world that never reaches `ctx`, or in the
+    other arm of an `if` with the same test, cannot); none when the value is
+    also what some code unwraps (`self.model = self.model.module` in a method
+    of the class: the author tells them apart)."""
+    wrap_of = {}
+    for atom in value.made:
+        w = next((w for w in wraps(atom.model) if w.site is atom.site), None)
+        if w is not None:
+            wrap_of[atom] = w
+    if not wrap_of:
+        return []
+    if any(isinstance(a, Member) and a.name == "module" and a.receiver in wrap_of for a in value.atoms):
+        return []
+    here = model.worlds(ctx)
+    found = []
+    for atom, w in wrap_of.items():
+        if atom.model is model and (not model.worlds(w.site.ctx) & here or exclusive(w.site.ctx, ctx)
+                                    or runs_before_wrap(model, w, ctx)):
+            continue
+        found.append(w)
+    found.sort(key=lambda w: (w.kind != "DistributedDataParallel", w.site.ctx.order))
+    return found
+
+
+def runs_before_wrap(model: ScriptModel, w: WrapInfo, ctx: Ctx) -> bool:
+    """`ctx` is in a method that the wrapping method calls before it wraps
+    (`self._load_snapshot()` in `__init__`, ahead of `self.model =
+    DDP(self.model)`): there the attribute is still the plain model."""
+    fn = ctx.function
+    wrapper_fn = w.site.ctx.function
+    if fn is None or wrapper_fn is None or fn is wrapper_fn or fn.class_name is None:
+        return False
+    return any(c.ctx.order < w.site.ctx.order and c.func == f"self.{fn.name}" for c in model.calls_in(wrapper_fn))
+
+
+def told_apart_where_bound(model: ScriptModel, expr: cst.BaseExpression) -> bool:
+    """`expr` is a name bound by a test that tells the wrapper apart:
+    `m = model.module if hasattr(model, "module") else model`."""
+    for b in model.reach.get(id(expr), ()):
+        source = getattr(b, "source", None)
+        if isinstance(source, cst.IfExp) and tells_wrapper_apart(model, source.test):
+            return True
+    return False
 
 
 @query
-def wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
-    """The wrap whose result `key` holds at `ctx`, or None."""
-    result = _wrapper_held(model, key, ctx)
-    return result
-
-
-def _wrapper_held(model: ScriptModel, key: str, ctx: Ctx) -> WrapInfo | None:
-    candidates = [w for w in wraps(model) if w.key == key]
-    if key.startswith("self."):
-        # `self.model` of another class is another object
-        candidates = [w for w in candidates if owner_class(w.site.ctx) == owner_class(ctx)]
-    if not candidates:
-        return None
-    here = model.worlds(ctx)
-    scope = ctx.function
-    assigns = [a for a in model.assignments(key, scope) if a.augmented is None]
-    if key.startswith("self."):
-        same_fn = [a for a in assigns if a.ctx.function is scope]
-        if not any(a.ctx.order < ctx.order for a in same_fn):
-            # set in other methods: the wrapper, unless the class unwraps it
-            if any(a.value is not None and _unwraps(model, key, a.value) for a in assigns):
-                return None
-            return next((w for w in candidates if w.site.ctx.function is not scope), None)
-        assigns = same_fn
-    reaching = reaching_assignments(assigns, ctx)
-    held = []
-    for a in reaching:
-        if a.value is None:
-            continue
-        values = list(_direct_values(a.value))
-        held += [c for c in candidates if any(v is c.site.node for v in values)]
-    held = [w for w in held if model.worlds(w.site.ctx) & here and not opposite_arms(model, w.site.ctx, ctx)]
-    if not held:
-        return None   # no reaching assignment is a wrap (`model = model.module`, a new model)
-    return next((w for w in held if w.kind == "DistributedDataParallel"), held[0])
-
-
-def opposite_arms(model: ScriptModel, a: Ctx, b: Ctx) -> bool:
-    """`if args.local_rank != -1: model = DDP(model)` ... later
-    `if args.local_rank != -1: ... else: <here>`: two `if`s with the same test,
-    `a` in the true arm of one and `b` in the false arm of the other."""
-    arms = {model.module.code_for_node(br.test): br.positive for br in a.branches}
-    return any(arms.get(model.module.code_for_node(br.test), br.positive) != br.positive for br in b.branches)
-
-
+def wrapper_held(model: ScriptModel, expr: cst.BaseExpression, ctx: Ctx) -> WrapInfo | None:
+    """The wrap whose result `expr` holds at `ctx` (read there), or None."""
+    found = wraps_held(model, value_of(model, expr), ctx)
+    return found[0] if found else None
 
 
 # -- through parameters ------------------------------------------------------------
@@ -100,33 +102,21 @@ def wrapper_passed(model: ScriptModel, fn: FunctionInfo, param: str) -> tuple[Wr
 
 
 def wrapper_in(model: ScriptModel, expr: cst.BaseExpression, ctx: Ctx) -> tuple[WrapInfo, CallSite | None] | None:
-    """The wrapper `expr` holds at `ctx`: a name holding it there, or a
-    parameter some caller passes it to. (wrap, the call that passed it)."""
-    key = dotted_name(expr)
-    if key is None:
+    """The wrapper `expr` holds at `ctx`: an object it holds there (through
+    any name, attribute, container, or call of the tree), or a parameter
+    some caller passes it to. (wrap, the call that passed it)."""
+    if told_apart_where_bound(model, expr):
         return None
-    fn = ctx.function
-    if "." not in key and fn is not None and key in fn.params and \
-            not [a for a in model.assignments(key, fn) if a.ctx.function is fn]:
-        # a parameter shadows a module-level name of the same spelling: only its callers tell
-        return wrapper_passed(model, fn, key)
-    held = wrapper_held(model, key, ctx)
-    if held is not None:
-        return held, None
-    return _through_alias(model, key, ctx)
-
-
-def _through_alias(model: ScriptModel, key: str, ctx: Ctx, depth: int = 0) -> tuple[WrapInfo, CallSite | None] | None:
-    """`model_ = model` then `model_.state_dict()`: the alias holds what the
-    name it copies held there (every reaching assignment must be such a copy)."""
-    if depth > 3 or key.startswith("self."):
-        return None
-    reaching = reaching_assignments(
-        [a for a in model.assignments(key, ctx.function) if a.augmented is None], ctx)
-    if not reaching or not all(isinstance(a.value, (cst.Name, cst.Attribute)) for a in reaching):
-        return None
-    found = [wrapper_in(model, a.value, a.ctx) for a in reaching]
-    return found[0] if found[0] is not None and all(f is not None for f in found) else None
+    value = value_of(model, expr)
+    held = wraps_held(model, value, ctx)
+    if held:
+        return held[0], None
+    for p in value.params:
+        if p.model is model and p.name not in ("self", "cls"):
+            found = wrapper_passed(model, p.fn, p.name)
+            if found is not None:
+                return found
+    return None
 
 
 # -- renaming the keys -------------------------------------------------------------
@@ -235,5 +225,5 @@ def _filled_renamed(model: ScriptModel, key: str, scope) -> bool:
     return False
 
 
-__all__ = ["wrapper_held", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
-           "tells_wrapper_apart", "opposite_arms"]
+__all__ = ["wrapper_held", "wraps_held", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
+           "tells_wrapper_apart"]

@@ -209,18 +209,14 @@ def _has_return(fn: cst.FunctionDef) -> bool:
 
 # --- DDP201: convert before the wrap (unsafe) ------------------------------------------
 
-def convert_first_edit(model: ScriptModel, site: CallSite, key: str | None) -> Edit | None:
+def convert_first_edit(model: ScriptModel, site: CallSite, key: str | None, wrap_site: CallSite | None) -> Edit | None:
     """Move `model = SyncBatchNorm.convert_sync_batchnorm(model)` (or the
     `if args.sync_bn:` holding only that line) to just before
-    `model = DDP(model, ...)` in the same block. Unsafe: code between the two
-    (an optimizer built from `model.parameters()`, a hook) now sees the
-    converted module."""
-    from ddpcheck.model.values import wraps_before
-
-    before = wraps_before(model, key, site, kind="DistributedDataParallel") if key else []
-    if not before:
+    `model = DDP(model, ...)` (`wrap_site`) in the same block. Unsafe: code
+    between the two (an optimizer built from `model.parameters()`, a hook)
+    now sees the converted module."""
+    if key is None or wrap_site is None or wrap_site.ctx.function is not site.ctx.function:
         return None
-    wrap_site = before[-1].site
     stmt, wrap_stmt = site.stmt, wrap_site.stmt
     if not (_assigns_call(stmt, key, site.node) and _assigns_call(wrap_stmt, key, wrap_site.node)):
         return None

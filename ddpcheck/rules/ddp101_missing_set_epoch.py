@@ -9,7 +9,7 @@ import libcst as cst
 from ddpcheck.model.flow import Made, Pass, Value, every_pass, value_at
 from ddpcheck.model.script import CallSite, Loop, ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerInfo, loaders
+from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerInfo, loaders, looks_like_eval_name
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import set_epoch_edit
 from ddpcheck.model.filekind import NOT_TESTS
@@ -94,8 +94,6 @@ def _loader_info(atom: Made) -> LoaderInfo | None:
 def _eval_name(model: ScriptModel, p: Pass, atom: Made) -> bool:
     """The loop iterates something named like an evaluation loader (`val_loader`
     handed to `evaluate(model, loader)`)."""
-    from ddpcheck.model.values import looks_like_eval_name
-
     name = _held_as(model, p, atom)
     return bool(name and looks_like_eval_name(name))
 

@@ -8,12 +8,11 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.evaluation import LoaderLoop, is_eval_loader, loader_loops
-from ddpcheck.model.metrics import (
-    METER_CLASS, Accumulator, class_reduces, function_reduces, is_report, local_class,
-)
+from ddpcheck.model.flow import instance_class, value_of
+from ddpcheck.model.metrics import METER_CLASS, Accumulator, class_reduces, function_reduces, is_report
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import loaders, origins
+from ddpcheck.model.values import loaders
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
@@ -51,9 +50,9 @@ def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
         if c.attr in _LIST_METHODS:
             found[key] = Accumulator(key, c.node)
         elif c.attr == "update":
-            for om, origin in origins(m, c.receiver, fn):
-                cls = local_class(om, origin)
-                if cls is not None and METER_CLASS.search(cls[1]) and not class_reduces(*cls):
+            for atom in value_of(m, c.receiver).made:
+                cls = instance_class(atom.model, atom)
+                if cls is not None and METER_CLASS.search(cls[1].name) and not class_reduces(cls[0], cls[1].name):
                     found[key] = Accumulator(key, c.node)
                     break
     # loop variables are not results

@@ -6,7 +6,8 @@ from typing import Iterator
 
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import exclusive, is_ddp_wrap, origins, wraps_before
+from ddpcheck.model.flow import Made, Member, value_of
+from ddpcheck.model.values import is_ddp_wrap
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import convert_first_edit
 from ddpcheck.model.filekind import NOT_TESTS
@@ -18,6 +19,17 @@ def is_syncbn_conversion(site) -> bool:
     if q.endswith("SyncBatchNorm.convert_sync_batchnorm"):
         return True
     return q.rpartition(".")[2] == "convert_syncbn_model" and q.startswith("apex.")
+
+
+def _wrap_converted(model: ScriptModel, arg) -> Made | None:
+    """The DDP wrap the converted module is, or wraps (`model.module` of it),
+    where the conversion reads it."""
+    found = []
+    for atom in value_of(model, arg).atoms:
+        inner = atom.receiver if isinstance(atom, Member) and atom.name == "module" else atom
+        if isinstance(inner, Made) and is_ddp_wrap(inner.model, inner.site):
+            found.append(inner)
+    return min(found, key=lambda a: (a.model is not model, a.site.ctx.order), default=None)
 
 
 @register
@@ -38,18 +50,14 @@ class SyncBNAfterDDP(Rule):
             arg = site.arg("module", 0)
             if arg is None:
                 continue
-            if any(is_ddp_wrap(m, o) for m, o in origins(model, arg, site.ctx.function)
-                   if o.node is arg or m is not model
-                   or (o.ctx.order < site.ctx.order and not exclusive(o.ctx, site.ctx))):
-                yield Hit(site.node, message=self._message(dotted_name(arg) or "the model"),
-                          edit=convert_first_edit(model, site, dotted_name(arg)))
+            wrap = _wrap_converted(model, arg)
+            if wrap is None:
                 continue
             key = dotted_name(arg)
-            if key is None:
-                continue
-            key = key.removesuffix(".module")
-            if wraps_before(model, key, site, kind="DistributedDataParallel"):
-                yield Hit(site.node, message=self._message(key), edit=convert_first_edit(model, site, key))
+            key = key.removesuffix(".module") if key else None
+            same_file = wrap if wrap.model is model else None
+            yield Hit(site.node, message=self._message(key or "the model"),
+                      edit=convert_first_edit(model, site, key, same_file.site if same_file else None))
 
     def _message(self, name: str) -> str:
         return (f"`{name}` is converted to SyncBatchNorm after it was wrapped in DistributedDataParallel: "

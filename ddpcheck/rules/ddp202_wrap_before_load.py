@@ -6,39 +6,25 @@ from typing import Iterator
 
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import exclusive, wraps_before
-from ddpcheck.model.reads import reads, reads_name
+from ddpcheck.model.flow import value_of
+from ddpcheck.model.wrappers import wraps_held
 from ddpcheck.model.saves import hands_to_state_dict_taker
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.rules.base import Hit, Rule, register
 
 
-def _still_wrapped(model: ScriptModel, key: str, wrap, load_order: int, scope) -> bool:
-    """No reassignment between the wrap and the load replaced the wrapper
-    (`model = model.module` unwraps; `model = build()` starts over). An
-    assignment in the other arm of the wrap's `if` never runs with it."""
-    for a in model.assignments(key, scope):
-        if exclusive(wrap.site.ctx, a.ctx):
-            continue
-        if wrap.order < a.ctx.order < load_order and a.value is not None:
-            names = reads(model, a.value)
-            if reads_name(names, f"{key}.module") or not reads_name(names, key):
-                return False
-    return True
-
-
-def _saves_wrapper_state(model: ScriptModel, key: str, wrap_order: int, scope) -> bool:
+def _saves_wrapper_state(model: ScriptModel, wrap, key: str, scope) -> bool:
     """The script itself takes the wrapper's `state_dict()` (to save it,
     directly or through a checkpoint dict and a helper, or in a function it
     hands the wrapper to: `train(model=model)` in `train.py`): its checkpoints
     carry the `module.` prefix, so loading them back into the wrapper is
     consistent (DDP302 reports the save instead)."""
     return any(
-        c.attr == "state_dict" and c.receiver is not None and dotted_name(c.receiver) == key
-        and c.ctx.order > wrap_order
+        c.attr == "state_dict" and c.receiver is not None
+        and any(a.site is wrap.site for a in value_of(model, c.receiver).made)
         for c in model.calls
-    ) or hands_to_state_dict_taker(model, key, wrap_order, scope)
+    ) or hands_to_state_dict_taker(model, key, wrap.order, scope)
 
 
 @register
@@ -58,18 +44,19 @@ class WrapBeforeLoad(Rule):
             key = dotted_name(site.receiver)
             if key is None or key.endswith(".module"):
                 continue
-            for w in wraps_before(model, key, site):
-                if _saves_wrapper_state(model, key, w.order, site.ctx.function) or not _still_wrapped(
-                        model, key, w, site.ctx.order, site.ctx.function):
-                    break
-                silent = getattr(site.arg("strict", 1), "value", None) == "False"
-                consequence = (
-                    "with strict=False nothing matches and the weights are silently NOT loaded"
-                    if silent else
-                    "a plain checkpoint's keys lack the `module.` prefix the wrapper expects, so loading "
-                    "fails with missing/unexpected keys"
-                )
-                yield Hit(site.node, message=(
-                    f"`{key}` is already wrapped in {w.kind} when its weights are loaded: {consequence}"
-                ))
-                break
+            held = wraps_held(model, value_of(model, site.receiver), site.ctx)
+            if not held:
+                continue
+            w = held[0]
+            if _saves_wrapper_state(model, w, key, site.ctx.function):
+                continue
+            silent = getattr(site.arg("strict", 1), "value", None) == "False"
+            consequence = (
+                "with strict=False nothing matches and the weights are silently NOT loaded"
+                if silent else
+                "a plain checkpoint's keys lack the `module.` prefix the wrapper expects, so loading "
+                "fails with missing/unexpected keys"
+            )
+            yield Hit(site.node, message=(
+                f"`{key}` is already wrapped in {w.kind} when its weights are loaded: {consequence}"
+            ))

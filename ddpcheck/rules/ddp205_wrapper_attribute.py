@@ -26,20 +26,6 @@ def _loop_variable(key: str, ctx: Ctx) -> bool:
     return any(root in loop.targets for loop in ctx.loops)
 
 
-def _runs_before_wrap(model: ScriptModel, w: WrapInfo, ctx: Ctx) -> bool:
-    """`self.model` read in a method that the wrapping method calls before it
-    wraps (`self._load_snapshot()` in `__init__`, ahead of `self.model =
-    DDP(self.model)`): there it is still the plain model."""
-    fn = ctx.function
-    wrapper_fn = w.site.ctx.function
-    if fn is None or wrapper_fn is None or fn is wrapper_fn or fn.class_name is None:
-        return False
-    for c in model.calls_in(wrapper_fn):
-        if c.ctx.order < w.site.ctx.order and c.func == f"self.{fn.name}":
-            return True
-    return False
-
-
 def _told_apart(model: ScriptModel, ctx: Ctx) -> bool:
     """Inside `if isinstance(model, DDP):` / `if hasattr(model, "module"):` / `try:`."""
     return ctx.opaque or any(tells_wrapper_apart(model, b.test) for b in ctx.branches)
@@ -107,8 +93,6 @@ class WrapperAttribute(Rule):
                     continue
                 w, via = found
                 if not _is_torch_wrapper(w) or not model.worlds(w.site.ctx) & model.worlds(r.ctx) and via is None:
-                    continue
-                if key.startswith("self.") and _runs_before_wrap(model, w, r.ctx):
                     continue
                 kind = "DistributedDataParallel" if w.kind == "DistributedDataParallel" else "DataParallel"
                 if via is not None:

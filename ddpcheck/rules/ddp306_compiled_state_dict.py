@@ -48,7 +48,7 @@ class CompiledStateDict(Rule):
                 key = dotted_name(sd.receiver)
                 if key is None or id(sd.node) in reported:
                     continue
-                c = compiled_held(model, key, sd.ctx)
+                c = compiled_held(model, sd.receiver, sd.ctx)
                 if c is None:
                     continue
                 reported.add(id(sd.node))
