@@ -48,7 +48,7 @@ POSITIVE = click.IntRange(min=1)
 HELP_BOTH = "Both modes"
 HELP_FACTORY = "Factory mode only (the job described by options)"
 HELP_SCRIPT = "Script mode only (ddpcheck preflight [OPTIONS] -- SCRIPT [ARGS...])"
-SCRIPT_ONLY = ("steps",)
+SCRIPT_ONLY = ("steps", "nodes")
 SCRIPT_ROW = ("-- SCRIPT [ARGS...]", "Your training script and its own arguments (or -- -m MODULE "
                                      "[ARGS...]), run on --gpus ranks.")
 
@@ -154,8 +154,11 @@ class PreflightCommand(click.Command):
               show_default=True, help="The report as text, or as JSON for CI.")
 @click.option("--steps", type=POSITIVE, default=None, metavar="K",
               help="Batches served per epoch, the last batch first. Default: 3.")
+@click.option("--nodes", type=POSITIVE, default=None, metavar="M",
+              help="Split the --gpus ranks over M emulated nodes (LOCAL_RANK, GROUP_RANK per "
+                   "node) and report files more than one node writes.")
 @click.argument("script_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- SCRIPT ARGS...]")
-def preflight(steps, script_args, **kwargs) -> None:
+def preflight(steps, nodes, script_args, **kwargs) -> None:
     """A tiny real distributed run before the real job, on torch's own launcher
     (inside torchrun or srun, this process is one rank).
 
@@ -173,9 +176,11 @@ def preflight(steps, script_args, **kwargs) -> None:
     if script_args:
         from ddpcheck.preflight.script.command import run_script_preflight
 
-        sys.exit(run_script_preflight(opts, steps, list(script_args)))
+        sys.exit(run_script_preflight(opts, steps, list(script_args), nodes=nodes))
     if steps is not None:
         fail("--steps needs a script: ddpcheck preflight --steps K -- SCRIPT [ARGS...]")
+    if nodes is not None:
+        fail("--nodes needs a script: ddpcheck preflight --gpus N --nodes M -- SCRIPT [ARGS...]")
     sys.exit(run_preflight(opts))
 
 

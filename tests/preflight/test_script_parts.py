@@ -108,10 +108,12 @@ def test_steered_loader_keeps_len_and_real_batches(monkeypatch):
                                     loader.sampler)
     object.__setattr__(loader, "batch_sampler", sampler)
     assert len(loader) == 3 and loader.batch_size == 4
-    assert [b[0].tolist() for b in loader] == [[8, 9], [0, 1, 2, 3]]
+    # no optimizer step in the pass (gradient accumulation): it goes on past `steps`
+    assert [b[0].tolist() for b in loader] == [[8, 9], [0, 1, 2, 3], [4, 5, 6, 7]]
     assert fact.epochs[0].batches_total == 3 and fact.epochs[0].first_batch == 2
-    assert fact.epochs[0].batches_served == 2
+    assert fact.epochs[0].batches_served == 3
     fact.training = True  # an optimizer stepped: epoch 2's second batch stops the run
+    fact.epochs[0].steps = 1
     it = iter(loader)
     assert next(it)[0].tolist() == [8, 9]
     with pytest.raises(PreflightStop):
@@ -132,8 +134,9 @@ def test_facts_round_trip():
 def _rank(rank: int, digest2: str, calls: int) -> RankFacts:
     loader = LoaderFact(0, "train.py:30", "TensorDataset", 96, 8, False, "DistributedSampler",
                         True, True, False, 2, rank, 0, 6, True, training=True,
-                        epochs=[EpochFact(1, 0, 1, "aaa", [1, 2]),
-                                EpochFact(2, 0 if calls == 0 else 1, calls, digest2, [1, 2])])
+                        epochs=[EpochFact(1, 0, 1, "aaa", [1, 2], steps=3),
+                                EpochFact(2, 0 if calls == 0 else 1, calls, digest2, [1, 2],
+                                          ended_run=True)])
     return RankFacts(rank=rank, world_size=2, loaders=[loader], ending=Ending.STOPPED,
                      optimizer_steps=4, collective_count=5)
 
@@ -163,7 +166,7 @@ def test_judge_folds_a_peers_lost_connection_into_the_crash():
     out = judge.judge([second, first], [None, None], 2, "", 60)
     crashes = [v for v in out.verdicts if v.check == judge.ScriptCheck.CRASH]
     assert len(crashes) == 1 and crashes[0].ranks == (1,)
-    assert "rank 0 then lost its peer" in crashes[0].detail
+    assert "rank 0 then lost its peer" in crashes[0].title
 
 
 # -- the launcher's view of ranks without facts (main's RankResult) ---------------------------

@@ -39,9 +39,10 @@ def factory_only_set(opts: PreflightOptions) -> list[str]:
 
 
 def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
-                         script_args: list[str]) -> int:
+                         script_args: list[str], nodes: Optional[int] = None) -> int:
     """``opts``: the parsed options (click checked each value's range); ``steps``:
-    ``--steps``, None for the default; ``script_args``: what followed ``--``."""
+    ``--steps``, None for the default; ``script_args``: what followed ``--``;
+    ``nodes``: ``--nodes M`` (the ranks split over M emulated nodes)."""
     t0 = time.time()
     given = factory_only_set(opts)
     if given:
@@ -80,7 +81,14 @@ def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
             fail("--gpus N is required on a machine without GPUs (N CPU processes stand in "
                  "for N GPUs)")
         world = gpus_here
-    per_node = launched.local_world_size if launched else world
+    nodes = nodes or 1
+    if launched and nodes > 1:
+        fail("--nodes emulates nodes on this machine; inside torchrun/srun the real nodes "
+             "are used: drop --nodes")
+    if world % nodes:
+        fail(f"--nodes {nodes} must divide the {world} ranks (--gpus is the total over "
+             f"all nodes)")
+    per_node = launched.local_world_size if launched else world // nodes
     try:
         backend = choose_backend(opts.backend, per_node, gpus_here, dist.is_nccl_available())
     except BackendError as exc:
@@ -90,6 +98,10 @@ def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
     from ddpcheck.preflight.script import judge as judging
     from ddpcheck.preflight.script import launch as script_launch
 
+    from ddpcheck.preflight.script.processes import ProcessShape, plan_processes
+
+    plan = plan_processes(target.path) if not launched and nodes == 1 else None
+    one_process = plan is not None and plan.shape != ProcessShape.RANKS
     if launched:
         run = script_launch.run_in_launcher(target, steps, cuda_stand_in, opts.timeout,
                                             launched)
@@ -104,38 +116,53 @@ def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
         if torch.cuda.is_initialized():
             fork_safe = False
         method = "fork" if fork_safe else "spawn"
-        run = script_launch.launch_script(target, world, steps, cuda_stand_in,
-                                          opts.timeout, start_method=method)
-        if run.interrupted:
-            click.echo("ddpcheck: interrupted; workers stopped", err=True)
-            sys.exit(130)
-        if run.launcher_error:
-            fail(f"torch's elastic launcher failed before the workers ran: {run.launcher_error}")
-        how = f"workers started by torch's elastic_launch ({method}) in {run.elapsed:.1f} s"
+        run = _launch(script_launch, target, world, steps, cuda_stand_in, opts.timeout,
+                      method, one_process, nodes)
+        if one_process and run.facts and run.facts[0] is not None and run.facts[0].wants_ranks:
+            # the script started a process group after all: run it as ranks
+            one_process = False
+            plan.why += "; it started a process group when run, so it ran again as ranks"
+            run = _launch(script_launch, target, world, steps, cuda_stand_in, opts.timeout,
+                          method, False, nodes)
+        if one_process:
+            how = (f"one process driving {world} devices ({plan.why}), started by torch's "
+                   f"elastic_launch in {run.elapsed:.1f} s")
+        else:
+            spread = f" on {nodes} emulated nodes" if nodes > 1 else ""
+            how = (f"workers started by torch's elastic_launch ({method}){spread} in "
+                   f"{run.elapsed:.1f} s")
 
     refused = next((f for f in run.facts if f is not None and f.ending.value == "refused"), None)
     if refused is not None:
         fail(f"{target.display}: {refused.ending_detail}")
 
-    if cuda_stand_in:
+    if cuda_stand_in and one_process:
+        why = ("no CUDA devices here" if gpus_here == 0
+               else f"{gpus_here} CUDA devices for {world}")
+        note = f"{why}: one CPU process stands in for the process driving {world} GPUs"
+    elif cuda_stand_in:
         why = ("no CUDA devices here" if gpus_here == 0
                else f"{gpus_here} CUDA devices for {per_node} ranks")
         note = f"{why}: {per_node} CPU processes stand in for {per_node} GPUs"
     else:
         note = backend.note
     judgement = judging.judge(run.facts, run.ranks, world, note, opts.timeout,
-                              run.stop_reason)
+                              run.stop_reason, one_process=one_process)
     judging.link_lint(judgement, _lint(target, judgement))
     code = judgement.exit_code
     report = {
         "headline": (f"ddpcheck preflight -- {target.display}{' ' if target.argv else ''}"
-                     f"{' '.join(target.argv)}: {world} rank{'s' if world != 1 else ''}, "
+                     f"{' '.join(target.argv)}: "
+                     + (f"1 process, {world} devices, " if one_process else
+                        f"{world} rank{'s' if world != 1 else ''}, ") +
                      f"{backend.backend} on {'CPU' if backend.device == 'cpu' else 'GPU'}, "
                      f"{how}; {steps} steps per epoch, last batch first"),
         "mode": "script",
         "target": target.display,
         "argv": list(target.argv),
         "world_size": world,
+        "one_process": one_process,
+        "nodes": nodes,
         "backend": backend.backend,
         "device": backend.device,
         "cuda_stand_in": cuda_stand_in,
@@ -158,6 +185,19 @@ def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
     else:
         click.echo(render.render_text(report))
     return code
+
+
+def _launch(script_launch, target, world, steps, cuda_stand_in, timeout, method,
+            one_process, nodes):
+    run = script_launch.launch_script(target, world, steps, cuda_stand_in, timeout,
+                                      start_method=method, one_process=one_process,
+                                      nodes=nodes)
+    if run.interrupted:
+        click.echo("ddpcheck: interrupted; workers stopped", err=True)
+        sys.exit(130)
+    if run.launcher_error:
+        fail(f"torch's elastic launcher failed before the workers ran: {run.launcher_error}")
+    return run
 
 
 def _no_report(rank: int, run) -> dict:

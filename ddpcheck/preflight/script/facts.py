@@ -58,6 +58,15 @@ class EpochFact:
     batches_total: int = 0  # batches the real epoch has
     batches_served: int = 0  # batches the preflight let through
     first_batch: int = 0  # size of the first batch served (the epoch's last batch)
+    steps: int = 0  # optimizer steps while this pass was the one serving batches
+    ended_run: bool = False  # the steering stopped the run in this pass (the next epoch)
+
+    @property
+    def training(self) -> bool:
+        """A training epoch: the optimizer stepped during the pass, or the steering
+        stopped the run in it. A peek (``next(iter(loader))``), an evaluation pass or a
+        ``len()`` is not one."""
+        return self.steps > 0 or self.ended_run
 
 
 @dataclass
@@ -83,6 +92,11 @@ class LoaderFact:
     epochs: list[EpochFact] = field(default_factory=list)  # one per pass
 
     _nested = {"epochs": EpochFact}
+
+    @property
+    def training_epochs(self) -> list:
+        """The passes the optimizer stepped in, in order (what the sampler calls epochs)."""
+        return [e for e in self.epochs if e.training]
 
 
 @dataclass
@@ -161,6 +175,8 @@ class CrashFact:
     message: str
     where: str  # innermost line of the user's code
     traceback: str = ""  # the last frames, for the report's json
+    frames: list = field(default_factory=list)  # the script's own frames, outermost first
+    last_line: str = ""  # the traceback's last line (a wrapped exception's own cause)
 
 
 @dataclass
@@ -185,6 +201,14 @@ class RankFacts:
     init_where: str = ""
     init_notes: list[str] = field(default_factory=list)
     cuda_stand_in: bool = False  # .cuda()/set_device/... ran on CPU
+    stand_in_used: list[str] = field(default_factory=list)  # CUDA calls the stand-in answered
+    node: int = 0  # the rank's node (GROUP_RANK under torchrun, or --nodes emulation)
+    nodes: int = 1
+    one_process: bool = False  # ran as the script's only process (DataParallel / plain)
+    devices: int = 1  # CUDA devices this process sees (emulated on CPU)
+    wants_ranks: bool = False  # one-process run: the script started a process group
+    data_parallel: list = field(default_factory=list)  # DataParallel scatters (first few)
+    uncompared: int = 0  # forwards and sub-group collectives that meet no peer
     set_device: list[Optional[int]] = field(default_factory=list)  # indices asked for
     loaders: list[LoaderFact] = field(default_factory=list)
     wraps: list[WrapFact] = field(default_factory=list)

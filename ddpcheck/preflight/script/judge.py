@@ -20,6 +20,7 @@ from typing import Optional
 from ddpcheck.preflight.checks import FAIL, PASS, WARN, worst
 from ddpcheck.preflight.results import RankResult, RankStatus
 from ddpcheck.preflight.script.facts import Ending, LoaderFact
+from ddpcheck.preflight.script.standin import failure_is_stand_in
 from ddpcheck.preflight.shardplan import plan_shards
 from ddpcheck.preflight.watchdog import StopReason
 
@@ -50,6 +51,10 @@ class ScriptCheck(str, enum.Enum):
     DDP_WRAP = "ddp-wrap"
     SYNC_BN = "sync-batchnorm"
     MEMORY = "memory"
+    STAND_IN = "cpu-stand-in"  # something only a GPU can run: not checked, not the script's fault
+    DATA_PARALLEL = "data-parallel"
+    SINGLE_PROCESS = "single-process"
+    NODE_WRITES = "node-writes"
 
 
 # the static rule that predicts each runtime observation (None: runtime only)
@@ -153,10 +158,11 @@ def _size(n: Optional[int]) -> str:
 
 
 def judge(facts: list, ranks: list, world: int, backend_note: str, timeout: float,
-          stop_reason: StopReason = StopReason.NONE) -> Judgement:
+          stop_reason: StopReason = StopReason.NONE, one_process: bool = False) -> Judgement:
     """``facts``: RankFacts (or None) per rank; ``ranks``: the launcher's
     :class:`RankResult` per rank (empty under torchrun / srun, where this process is a
-    rank); ``stop_reason``: why the launcher's watchdog stopped the run, if it did."""
+    rank); ``stop_reason``: why the launcher's watchdog stopped the run, if it did;
+    ``one_process``: the script ran as its only process driving ``world`` devices."""
     out = Judgement()
     have = [f for f in facts if f is not None]
     out.verdicts.append(_backend(have, backend_note))
@@ -165,10 +171,14 @@ def judge(facts: list, ranks: list, world: int, backend_note: str, timeout: floa
     out.verdicts += _collective_order(have)
     main = have[0] if have else None
     if main is not None:
-        out.verdicts += _loaders(have, world, crashed=any(v.check == ScriptCheck.LAST_BATCH
-                                                          for v in failed))
-        out.verdicts += _wraps(have, world)
-        out.verdicts += _writes(have)
+        crashed = any(v.check in (ScriptCheck.LAST_BATCH, ScriptCheck.DATA_PARALLEL)
+                      for v in failed)
+        if one_process:
+            out.verdicts += _one_process(main, world, crashed)
+        else:
+            out.verdicts += _loaders(have, world, crashed=crashed)
+            out.verdicts += _wraps(have, world)
+            out.verdicts += _writes(have)
         out.verdicts += _memory(have)
     if not any(v.status == FAIL for v in out.verdicts) and have:
         out.verdicts.insert(1, _ran(have))
@@ -196,8 +206,11 @@ def _backend(have: list, note: str) -> Verdict:
     if notes:
         detail += "; " + "; ".join(notes)
     if stand_in:
-        detail += ("; .cuda() / .to('cuda') / set_device kept tensors on CPU: NCCL, CUDA "
-                   "placement and GPU memory are unmeasured")
+        used = sorted({u for f in have for u in f.stand_in_used})
+        shown = ", ".join(used[:6]) + (f" and {len(used) - 6} more" if len(used) > 6 else "")
+        detail += ("; CUDA calls answered by the CPU stand-in" + (f" ({shown})" if used else "")
+                   + ", tensors kept on CPU: NCCL, CUDA placement and GPU memory are "
+                     "not measured")
     return _v(ScriptCheck.BACKEND, PASS, text, detail)
 
 
@@ -214,6 +227,9 @@ def _ran(have: list) -> Verdict:
               ranks=[f.rank for f in have])
 
 
+_REPLICA_RE = re.compile(r"Caught (\w+) in replica (\d+) on device (\d+)")
+
+
 def _failures(facts: list, launched: list, timeout: float, stop_reason: StopReason) -> list:
     out = []
     crashes: dict = defaultdict(list)
@@ -222,32 +238,98 @@ def _failures(facts: list, launched: list, timeout: float, stop_reason: StopReas
     followers = [f.rank for f in crashed if f not in primary] if primary else []
     for f in (primary or crashed):
         crashes[(f.crash.type, f.crash.message, f.crash.where)].append(f)
+    stand_in = False
     for (ctype, message, where), group in crashes.items():
-        ranks = [f.rank for f in group]
         at = f" at {_at(where)}" if where else ""
         if followers:
             their = "its" if len(followers) == 1 else "their"
-            message += (f" ({_ranks(followers)} then lost {their}"
-                        f" peer and stopped)")
-        if _BN1_RE.search(message):
-            out.append(_last_batch_crash(group, ctype, message, at))
-        elif _UNUSED_RE.search(message):
-            names = _UNUSED_NAMES_RE.search(group[0].crash.traceback or message)
-            named = f": {names.group(1).strip()}" if names else ""
-            out.append(_v(
-                ScriptCheck.UNUSED_PARAMETERS, FAIL,
-                f"parameters without a gradient crash DDP{named}",
-                f"{_ranks(ranks)}: {ctype}: {message}{at}. DDP waits for a gradient of every "
-                f"parameter; one the forward did not use never gets one, and the next step "
-                f"fails (step {group[0].optimizer_steps + 1} here)",
-                "use every parameter in forward, delete the unused ones, or pass "
-                "find_unused_parameters=True to DDP (costs a graph traversal per step)",
-                ranks))
+            message += f" ({_ranks(followers)} then lost {their} peer and stopped)"
+        crash = group[0].crash
+        if group[0].cuda_stand_in and failure_is_stand_in(message, crash.traceback):
+            stand_in = True
+            out.append(_stand_in_failure(group, ctype, message, at))
         else:
-            out.append(_v(ScriptCheck.CRASH, FAIL, f"{_ranks(ranks)} crashed{at}",
-                          f"{ctype}: {message}",
-                          "the full traceback is in --format json (ranks[].crash.traceback)",
-                          ranks))
+            out.append(_crash_verdict(group, ctype, message, at))
+    if not stand_in:  # a rank killed after a stand-in failure waited for it: no hang
+        out += _launcher_failures(facts, launched, timeout, stop_reason)
+    return out
+
+
+def _crash_verdict(group: list, ctype: str, message: str, at: str) -> Verdict:
+    """The verdict for one crash: a known cause (last batch of 1 with BatchNorm, a
+    DataParallel replica with no input, unused parameters) or the exception itself
+    with the script's own frames."""
+    ranks = [f.rank for f in group]
+    crash = group[0].crash
+    if _BN1_RE.search(message):
+        return _last_batch_crash(group, ctype, message, at)
+    replica = _REPLICA_RE.search(message)
+    if replica and group[0].one_process:
+        return _replica_crash(group[0], replica, crash.last_line or message, at)
+    if _UNUSED_RE.search(message):
+        names = _UNUSED_NAMES_RE.search(crash.traceback or message)
+        named = f": {names.group(1).strip()}" if names else ""
+        return _v(ScriptCheck.UNUSED_PARAMETERS, FAIL,
+                  f"parameters without a gradient crash DDP{named}",
+                  f"{_ranks(ranks)}: {ctype}: {message}{at}. DDP waits for a gradient of every "
+                  f"parameter; one the forward did not use never gets one, and the next step "
+                  f"fails (step {group[0].optimizer_steps + 1} here)",
+                  "use every parameter in forward, delete the unused ones, or pass "
+                  "find_unused_parameters=True to DDP (costs a graph traversal per step)",
+                  ranks)
+    frames = "; ".join(crash.frames) if crash.frames else ""
+    who = "the script" if group[0].one_process else _ranks(ranks)
+    everyone = len(ranks) == group[0].world_size
+    fix = (f"fix the {ctype} at {_at(crash.where)}" if crash.where else f"fix the {ctype}") + (
+        "" if everyone or group[0].one_process else
+        f"; only {_ranks(ranks)} raised it: look for rank-dependent code, data or paths")
+    return _v(ScriptCheck.CRASH, FAIL, f"{who} crashed{at}: {ctype}: {message}",
+              f"traceback in your code: {frames}" if frames else
+              "no frame of your code in the traceback", fix, ranks)
+
+
+def _stand_in_failure(group: list, ctype: str, message: str, at: str) -> Verdict:
+    """The CPU stand-in could not run something only a GPU can: say what was not
+    checked; it is not the script's crash (WARN, exit 0 unless something else fails)."""
+    steps = max(f.optimizer_steps for f in group)
+    return _v(ScriptCheck.STAND_IN, WARN,
+              f"not checked past {_at(group[0].crash.where) or 'this point'}: the CPU stand-in "
+              f"for CUDA cannot run it",
+              f"{ctype}: {message}{at}. The run stopped there after {steps} optimizer "
+              f"step{'s' if steps != 1 else ''}; what comes later (the rest of the epoch, "
+              f"the next epoch, checkpoints) was not checked. Not a fault of the script",
+              "rerun the preflight on a machine with GPUs to check the rest",
+              [f.rank for f in group])
+
+
+def _replica_crash(main, replica, cause: str, at: str) -> Verdict:
+    """DataParallel gave a replica no input: the last batch is smaller than the device
+    count (or splits into fewer chunks than devices), with the arithmetic."""
+    lf = next((x for x in main.loaders if x.epochs), None)
+    devices = main.data_parallel[0]["devices"] if main.data_parallel else main.devices
+    numbers = ""
+    if lf is not None and lf.dataset_len and lf.batch_size:
+        last = lf.dataset_len % lf.batch_size or lf.batch_size
+        size = -(-last // devices)
+        chunks = -(-last // size)
+        numbers = (f"{lf.dataset_len} samples, batch {lf.batch_size}, {devices} devices: the "
+                   f"last batch holds {last} sample{'s' if last != 1 else ''}, which "
+                   f"DataParallel splits into {chunks} chunk{'s' if chunks != 1 else ''}, so "
+                   f"replica {replica.group(2)} gets no input; ")
+    return _v(ScriptCheck.DATA_PARALLEL, FAIL,
+              f"DataParallel replica {replica.group(2)} got no input from the last batch{at}",
+              f"{numbers}{replica.group(1)} in replica {replica.group(2)}: {cause}. Positional "
+              f"and keyword arguments are scattered separately: the keyword arguments still "
+              f"reach every device. Served first here; in a full run it comes at the end of "
+              f"epoch 1",
+              "DataLoader(drop_last=True), a batch size that leaves at least one sample per "
+              "device in the last batch (divisible by the device count), or DDP (one process "
+              "per GPU, each with its own DistributedSampler shard)", [main.rank])
+
+
+def _launcher_failures(facts: list, launched: list, timeout: float,
+                       stop_reason: StopReason) -> list:
+    out = []
     for end in launched:
         if end is None or facts[end.rank] is not None:
             continue
@@ -392,45 +474,100 @@ def _loaders(have: list, world: int, crashed: bool) -> list:
                           f"the training DataLoader ({_at(lf.where)}) shards with "
                           f"DistributedSampler",
                           numbers))
-        # set_epoch
-        if lf.shuffle and len(lf.epochs) >= 2 and lf.distributed:
-            e1, e2 = lf.epochs[0], lf.epochs[1]
-            same = e1.order_digest == e2.order_digest
-            if same and e2.set_epoch_calls == 0:
-                out.append(_v(ScriptCheck.SET_EPOCH, FAIL,
-                              "epoch 2 began without set_epoch",
-                              f"the DistributedSampler of {_at(lf.where)} shuffled epoch 2 exactly "
-                              f"like epoch 1 (rank {main.rank} starts {e2.head[:6]} both times): "
-                              f"every epoch trains on the same order",
-                              "call sampler.set_epoch(epoch) at the start of every epoch, "
-                              "before iterating the DataLoader",
-                              [f.rank for f in have]))
-            elif same:
-                out.append(_v(ScriptCheck.SET_EPOCH, FAIL,
-                              f"set_epoch({e2.sampler_epoch}) gave epoch 2 epoch 1's order",
-                              f"set_epoch was called, but with the same value both epochs "
-                              f"(the order at {_at(lf.where)} repeats)",
-                              "pass the epoch number that changes: sampler.set_epoch(epoch)",
-                              [f.rank for f in have]))
-            else:
-                out.append(_v(ScriptCheck.SET_EPOCH, PASS,
-                              f"set_epoch({e2.sampler_epoch}) before epoch 2: a new order",
-                              f"{_at(lf.where)}: epoch 1 started {e1.head[:4]}, epoch 2 "
-                              f"{e2.head[:4]}"))
+        # set_epoch: the first two training epochs (peeks and evaluation passes skipped)
+        out += _set_epoch(lf, main, have)
         # the last batch
-        if lf.epochs and not crashed and lf.batch_size:
-            last = lf.epochs[0].first_batch
-            if last == 1 and lf.batch_size > 1:
-                out.append(_v(ScriptCheck.LAST_BATCH, WARN,
-                              "the epoch's last batch holds 1 sample",
-                              f"{numbers}; served first it ran, but its gradient is one "
-                              f"sample's (noisy) and BatchNorm in training mode cannot take it",
-                              "drop_last=True on the DataLoader, or a batch size that divides "
-                              "the per-rank share"))
-            else:
-                out.append(_v(ScriptCheck.LAST_BATCH, PASS,
-                              f"the epoch's last batch ({last} samples) ran first", numbers))
+        out += _last_batch(lf, numbers, crashed)
     return out
+
+
+def _set_epoch(lf: LoaderFact, main, have: list) -> list:
+    trained = lf.training_epochs
+    if not (lf.shuffle and lf.distributed and len(trained) >= 2):
+        return []
+    e1, e2 = trained[0], trained[1]
+    between = lf.epochs[lf.epochs.index(e1) + 1: lf.epochs.index(e2) + 1]
+    calls = sum(e.set_epoch_calls for e in between)
+    ranks = [f.rank for f in have]
+    if e1.order_digest != e2.order_digest:
+        return [_v(ScriptCheck.SET_EPOCH, PASS,
+                   f"set_epoch({e2.sampler_epoch}) before epoch 2: a new order",
+                   f"{_at(lf.where)}: epoch 1 started {e1.head[:4]}, epoch 2 {e2.head[:4]}")]
+    if calls == 0:
+        return [_v(ScriptCheck.SET_EPOCH, FAIL, "epoch 2 began without set_epoch",
+                   f"the DistributedSampler of {_at(lf.where)} shuffled training epoch 2 "
+                   f"exactly like epoch 1 (rank {main.rank} starts {e2.head[:6]} both times): "
+                   f"every epoch trains on the same order",
+                   "call sampler.set_epoch(epoch) at the start of every epoch, before "
+                   "iterating the DataLoader", ranks)]
+    return [_v(ScriptCheck.SET_EPOCH, FAIL,
+               f"set_epoch({e2.sampler_epoch}) gave epoch 2 epoch 1's order",
+               f"set_epoch was called, but with the same value both epochs (the order at "
+               f"{_at(lf.where)} repeats)",
+               "pass the epoch number that changes: sampler.set_epoch(epoch)", ranks)]
+
+
+def _last_batch(lf: LoaderFact, numbers: str, crashed: bool) -> list:
+    if not lf.epochs or crashed or not lf.batch_size:
+        return []
+    last = lf.epochs[0].first_batch
+    if last == 1 and lf.batch_size > 1:
+        return [_v(ScriptCheck.LAST_BATCH, WARN, "the epoch's last batch holds 1 sample",
+                   f"{numbers}; served first it ran, but its gradient is one sample's (noisy) "
+                   f"and BatchNorm in training mode cannot take it",
+                   "drop_last=True on the DataLoader, or a batch size that divides the "
+                   "per-rank share")]
+    return [_v(ScriptCheck.LAST_BATCH, PASS, f"the epoch's last batch ({last} samples) ran first",
+               numbers)]
+
+
+def _one_process(main, world: int, crashed: bool) -> list:
+    """A script that runs as one process: DataParallel over the devices, or one device.
+    No per-rank verdicts (sampler shards, files written by several ranks)."""
+    out = []
+    training = [lf for lf in main.loaders if lf.training]
+    for lf in training[:1]:
+        out += _last_batch(lf, _loader_numbers(lf), crashed)
+    dp = [w for w in main.wraps if w.kind == "DataParallel"]
+    if dp:
+        out.append(_data_parallel(main, dp[0], crashed))
+        return out
+    copies = _what_copies_do(main, training, world)
+    out.append(_v(ScriptCheck.SINGLE_PROCESS, WARN,
+                  f"a single-process script: it uses one device, not {world}",
+                  f"no process group and no DataParallel: run with python it trains on one "
+                  f"GPU; {copies}",
+                  f"to use {world} GPUs: DDP (torchrun --nproc-per-node {world}, "
+                  f"init_process_group, DistributedSampler, DDP(model), save on rank 0)",
+                  [main.rank]))
+    return out
+
+
+def _what_copies_do(main, training: list, world: int) -> str:
+    parts = [f"started {world} times (torchrun --nproc-per-node {world}), each copy would "
+             f"train its own model, gradients never averaged"]
+    for lf in training[:1]:
+        parts.append(f"each on all {lf.dataset_len} samples of the DataLoader at "
+                     f"{_at(lf.where)} (no DistributedSampler)")
+    paths = sorted({relative_path(w.path) for w in main.writes
+                    if w.kind in ("torch.save", "open") and w.redirected})
+    if paths:
+        parts.append(f"and all {world} would write {', '.join(paths[:3])}")
+    return ", ".join(parts)
+
+
+def _data_parallel(main, wrap, crashed: bool) -> Verdict:
+    records = main.data_parallel
+    devices = records[0]["devices"] if records else main.devices
+    text = f"DataParallel built at {_at(wrap.where)}: one process drives {devices} devices"
+    if crashed or not records:
+        return _v(ScriptCheck.DATA_PARALLEL, PASS, text,
+                  "its forward was emulated on CPU with torch's scatter rules")
+    least = min(records, key=lambda r: r["replicas"])
+    detail = (f"{len(records)} forward{'s' if len(records) != 1 else ''} scattered with "
+              f"torch's rules on CPU; the smallest batch ({least['batch']} samples) ran on "
+              f"{least['replicas']} of {devices} devices")
+    return _v(ScriptCheck.DATA_PARALLEL, PASS, text, detail)
 
 
 def _wraps(have: list, world: int) -> list:
@@ -464,6 +601,7 @@ def _wraps(have: list, world: int) -> list:
 def _writes(have: list) -> list:
     out = []
     by_path: dict = defaultdict(dict)
+    node_of = {f.rank: f.node for f in have}
     for f in have:
         for w in f.writes:
             if w.redirected or w.kind == "torch.save":
@@ -471,10 +609,14 @@ def _writes(have: list) -> list:
     for (is_save, path), ranks in sorted(by_path.items()):
         if len(ranks) < 2 or not is_save:
             continue
+        nodes = sorted({node_of[r] for r in ranks})
+        if len(nodes) == len(ranks) > 1:  # one writer per node: a shared filesystem's problem
+            out.append(_node_writes(path, ranks, nodes))
+            continue
         where = sorted({_at(w.where) for w in ranks.values()})
         out.append(_v(ScriptCheck.CHECKPOINT, FAIL,
-                      f"{_ranks(ranks)} all wrote {relative_path(path)}".replace("ranks 0 and 1 all",
-                                                                         "ranks 0 and 1 both"),
+                      f"{_ranks(ranks)} all wrote {relative_path(path)}".replace(
+                          "ranks 0 and 1 all", "ranks 0 and 1 both"),
                       f"torch.save at {', '.join(where)} ran on every rank: concurrent writes of "
                       f"one file can leave it truncated or mixed, and every rank pays the I/O",
                       "save on one rank: if dist.get_rank() == 0: torch.save(...), then "
@@ -482,17 +624,33 @@ def _writes(have: list) -> list:
     shared = [(p, r) for (is_save, p), r in by_path.items() if not is_save and len(r) > 1
               and any(w.kind == "open" for w in r.values())]
     for path, ranks in shared[:3]:
-        out.append(_v(ScriptCheck.FILE_WRITES, WARN, f"{_ranks(ranks)} all wrote {relative_path(path)}",
+        out.append(_v(ScriptCheck.FILE_WRITES, WARN,
+                      f"{_ranks(ranks)} all wrote {relative_path(path)}",
                       "every rank opened it for writing: lines interleave or overwrite",
                       "write logs and files on rank 0 only", ranks.keys()))
     saves = [(f.rank, w) for f in have for w in f.writes if w.kind == "torch.save"]
-    if saves and not any(v.check == ScriptCheck.CHECKPOINT for v in out):
-        listed = "; ".join(f"rank {r}: {relative_path(w.path)} ({_at(w.where)})" for r, w in saves[:4])
+    if saves and not any(v.check in (ScriptCheck.CHECKPOINT, ScriptCheck.NODE_WRITES)
+                         for v in out):
+        listed = "; ".join(f"rank {r}: {relative_path(w.path)} ({_at(w.where)})"
+                           for r, w in saves[:4])
         out.append(_v(ScriptCheck.CHECKPOINT, PASS, "checkpoints written by one rank per file",
                       listed))
     return out
 
 
+def _node_writes(path: str, ranks: dict, nodes: list) -> Verdict:
+    """One path written once per node: the save is guarded per node (local_rank == 0);
+    on a filesystem the nodes share, they overwrite each other's file."""
+    where = sorted({_at(w.where) for w in ranks.values()})
+    return _v(ScriptCheck.NODE_WRITES, WARN,
+              f"{relative_path(path)} is written by {len(nodes)} nodes "
+              f"({', '.join(f'rank {r} on node {n}' for r, n in zip(sorted(ranks), nodes))})",
+              f"torch.save at {', '.join(where)} runs once per node (a local-rank guard): on a "
+              f"filesystem the nodes share, they write the same file at the same time and "
+              f"one node's copy can be truncated or mixed with another's",
+              "save on the global rank 0 (dist.get_rank() == 0, or RANK from the "
+              "environment, not LOCAL_RANK), or give each node its own path",
+              ranks.keys())
 
 
 def _memory(have: list) -> list:

@@ -116,6 +116,43 @@ class ScriptSpec:
     launched_by: str = "ddpcheck"
     gather: bool = False  # under a launcher: rank 0 gathers every rank's facts from the store
     threads: Optional[int] = None
+    one_process: bool = False  # DataParallel / plain script: one process, `devices` devices
+    devices: int = 1  # CUDA devices the one process drives (emulated on CPU)
+    nodes: int = 1  # --nodes M: the ranks split over M emulated nodes
+
+
+# what torchrun sets for a worker; a one-process run starts the way `python train.py` does
+LAUNCHER_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR",
+                "MASTER_PORT")
+
+
+def rank_environment(spec: ScriptSpec, environ=None) -> dict:
+    """The environment changes the script should see on this rank: none of torchrun's
+    variables for a one-process run; each emulated node's LOCAL_RANK /
+    LOCAL_WORLD_SIZE / GROUP_RANK under --nodes. Values None are removed."""
+    env = os.environ if environ is None else environ
+    if spec.one_process:
+        return {k: None for k in env if k in LAUNCHER_ENV or k.startswith("TORCHELASTIC_")}
+    if spec.nodes <= 1:
+        return {}
+    rank, world = int(env.get("RANK", "0")), int(env.get("WORLD_SIZE", "1"))
+    per_node = max(1, world // spec.nodes)
+    return {"LOCAL_RANK": str(rank % per_node), "LOCAL_WORLD_SIZE": str(per_node),
+            "GROUP_RANK": str(rank // per_node), "GROUP_WORLD_SIZE": str(spec.nodes)}
+
+
+def node_of(environ=None) -> tuple[int, int]:
+    """This rank's node and the node count: torchrun's GROUP_RANK / GROUP_WORLD_SIZE,
+    srun's SLURM_NODEID / SLURM_NNODES."""
+    env = os.environ if environ is None else environ
+    for node, count in (("GROUP_RANK", "GROUP_WORLD_SIZE"), ("SLURM_NODEID", "SLURM_NNODES")):
+        if node in env:
+            try:
+                return int(env[node]), int(env.get(count, "1"))
+            except ValueError:
+                pass
+    return 0, 1
 
 
 FACTS_NAME = "facts{rank}.json"
@@ -131,11 +168,13 @@ def first_line(exc: BaseException, limit: int = 300) -> str:
 
 
 def _crash(exc: BaseException) -> CrashFact:
-    from ddpcheck.preflight.script.observe import user_line_of
+    from ddpcheck.preflight.script.observe import user_frames, user_line_of
 
     tb = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    lines = [x for x in str(exc).strip().splitlines() if x.strip()]
     return CrashFact(type(exc).__name__, first_line(exc), user_line_of(exc.__traceback__),
-                     "".join(tb)[-3000:])
+                     "".join(tb)[-3000:], user_frames(exc.__traceback__),
+                     lines[-1].strip()[:300] if len(lines) > 1 else "")
 
 
 def _rank_result(facts: RankFacts, stage: str) -> RankResult:
@@ -163,12 +202,22 @@ def run_script_rank(spec: ScriptSpec) -> dict:
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     progress = Progress(spec.results_dir, rank)
     progress.stage("starting the script")
+    changes = rank_environment(spec)
+    saved_env = {k: os.environ.get(k) for k in changes}
+    for key, value in changes.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    node, nodes = node_of()
     facts = RankFacts(rank=rank, world_size=world,
                       local_rank=int(os.environ.get("LOCAL_RANK", "0")), pid=os.getpid(),
-                      target=spec.display)
+                      target=spec.display, node=node, nodes=nodes,
+                      one_process=spec.one_process,
+                      devices=spec.devices if spec.one_process else local_world)
     started = time.time()
     saved = (list(sys.argv), list(sys.path), os.getcwd())
     observer = scratch = None
@@ -190,7 +239,8 @@ def run_script_rank(spec: ScriptSpec) -> dict:
 
         steering = Steering(spec.steps)
         observer = Observer(facts, steering, spec.deadline, spec.cuda_stand_in,
-                            spec.run_key, measure_memory=True)
+                            spec.run_key, measure_memory=True, devices=facts.devices,
+                            one_process=spec.one_process)
         scratch = Scratch(spec.scratch, [os.getcwd(), spec.folder], user_line)
         old_debug = dist.get_debug_level()
         # DDP names the parameters that got no gradient at INFO (DETAIL wraps the
@@ -256,6 +306,11 @@ def run_script_rank(spec: ScriptSpec) -> dict:
             os.chdir(saved[2])
         except OSError:
             pass
+        for key, value in saved_env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     facts.seconds = time.time() - started
     result = {"rank": rank, "facts": facts.to_dict()}
     if spec.gather and observer is not None:
@@ -339,15 +394,16 @@ class ScriptRun:
 
 
 def make_spec(target: ScriptTarget, steps: int, cuda_stand_in: bool, timeout: float,
-              scratch: str, facts_dir: Optional[str]) -> ScriptSpec:
+              scratch: str, facts_dir: Optional[str], **shape) -> ScriptSpec:
     return ScriptSpec(display=target.display, path=target.path, module=target.module,
                       argv=tuple(target.argv), folder=target.folder, steps=steps,
                       cuda_stand_in=cuda_stand_in, timeout=timeout, scratch=scratch,
-                      facts_dir=facts_dir, run_key=uuid.uuid4().hex[:12])
+                      facts_dir=facts_dir, run_key=uuid.uuid4().hex[:12], **shape)
 
 
 def launch_script(target: ScriptTarget, world: int, steps: int, cuda_stand_in: bool,
-                  timeout: float, start_method: str = "fork") -> ScriptRun:
+                  timeout: float, start_method: str = "fork", one_process: bool = False,
+                  nodes: int = 1) -> ScriptRun:
     """Run the script on ``world`` local ranks through the preflight's launcher; the
     scratch overlay and the facts are discarded after."""
     from ddpcheck.preflight import launch
@@ -357,10 +413,12 @@ def launch_script(target: ScriptTarget, world: int, steps: int, cuda_stand_in: b
     os.makedirs(scratch)
     os.makedirs(facts_dir)
     try:
-        spec = make_spec(target, steps, cuda_stand_in, timeout, scratch, facts_dir)
+        spec = make_spec(target, steps, cuda_stand_in, timeout, scratch, facts_dir,
+                         one_process=one_process, devices=world, nodes=nodes)
         # a rank that finished waits this long for the rest before they are stopped
         grace = max(5.0, min(20.0, timeout / 4))
-        outcome = launch.run_local(world, spec, start_method=start_method, grace=grace,
+        outcome = launch.run_local(1 if one_process else world, spec,
+                                   start_method=start_method, grace=grace,
                                    entrypoint=run_script_rank)
         facts = [_read_facts(facts_dir, r.rank) if r.finished else None
                  for r in outcome.ranks]

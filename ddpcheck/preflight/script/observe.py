@@ -55,7 +55,14 @@ from ddpcheck.preflight.script.facts import (
     SyncBNFact,
     WrapFact,
 )
-from ddpcheck.preflight.script.steer import Steering, steered_batch_sampler, steered_next
+from ddpcheck.preflight.script.standin import CudaStandIn, _is_cuda
+from ddpcheck.preflight.script.steer import (
+    PreflightStop,
+    Steering,
+    steered_batch_sampler,
+    steered_next,
+)
+from ddpcheck.preflight.script import parallel
 
 COLLECTIVES = ("all_reduce", "reduce", "broadcast", "all_gather", "all_gather_into_tensor",
                "gather", "scatter", "reduce_scatter", "reduce_scatter_tensor", "all_to_all",
@@ -110,6 +117,14 @@ def user_line(frame=None) -> str:
     return ""
 
 
+def user_frames(tb, limit: int = 6) -> list:
+    """The script's own frames of a traceback, outermost first: ``train.py:27 in
+    __init__: self.model = model.to(self.gpu_id)``."""
+    out = [f"{short_path(e.filename)}:{e.lineno} in {e.name}: {(e.line or '').strip()}"
+           for e in traceback.extract_tb(tb) if is_user_file(e.filename)]
+    return out[-limit:]
+
+
 def user_line_of(tb) -> str:
     for entry in reversed(traceback.extract_tb(tb)):
         if is_user_file(entry.filename):
@@ -117,47 +132,17 @@ def user_line_of(tb) -> str:
     return ""
 
 
-# -- CUDA on a machine without GPUs ----------------------------------------------------
-
-
-def _is_cuda(dev) -> bool:
-    if isinstance(dev, torch.device):
-        return dev.type == "cuda"
-    if isinstance(dev, str):
-        return dev.split(":")[0] == "cuda"
-    return False
-
-
-def _cuda_to_cpu_mode():
-    from torch.overrides import TorchFunctionMode
-
-    class CudaOnCpu(TorchFunctionMode):
-        """Tensors asked to go to CUDA stay on CPU (the preflight's stand-in GPUs)."""
-
-        def __torch_function__(self, func, types, args=(), kwargs=None):
-            kwargs = dict(kwargs or {})
-            if func in (torch.Tensor.cuda,):
-                return args[0]
-            if "device" in kwargs and (_is_cuda(kwargs["device"])
-                                       or (func is torch.Tensor.to
-                                           and isinstance(kwargs["device"], int))):
-                kwargs["device"] = "cpu"
-            if func is torch.Tensor.to and len(args) > 1:
-                first = args[1]
-                if _is_cuda(first) or (isinstance(first, int) and not isinstance(first, bool)):
-                    args = (args[0], "cpu") + tuple(args[2:])
-            return func(*args, **kwargs)
-
-    return CudaOnCpu()
-
-
 # -- the observer ------------------------------------------------------------------------
 
 
 class Observer:
     def __init__(self, facts: RankFacts, steering: Steering, deadline: float,
-                 cuda_stand_in: bool, run_key: str, measure_memory: bool = True):
+                 cuda_stand_in: bool, run_key: str, measure_memory: bool = True,
+                 devices: int = 1, one_process: bool = False):
         self.facts = facts
+        self.devices = devices  # CUDA devices this process sees (emulated on CPU)
+        self.one_process = one_process  # DataParallel / plain script: no ranks
+        self.stand_in = None
         self.steering = steering
         self.deadline = deadline
         self.cuda_stand_in = cuda_stand_in
@@ -196,12 +181,7 @@ class Observer:
 
     def uninstall(self) -> None:
         self._stop_meter(record=False)  # a step cut short measures nothing
-        while self._modes:
-            mode = self._modes.pop()
-            try:
-                mode.__exit__(None, None, None)
-            except Exception:
-                pass
+        self._remove_cuda_stand_in()
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
@@ -331,7 +311,8 @@ class Observer:
 
         @functools.wraps(real_forward)
         def ddp_forward(ddp, *args, **kwargs):
-            obs.sync(DDP_FORWARD, user_line(sys._getframe(1)), [], None)
+            obs.sync(DDP_FORWARD, user_line(sys._getframe(1)), [], None,
+                     compared=forward_communicates(ddp))
             return real_forward(ddp, *args, **kwargs)
 
         self._patch(DistributedDataParallel, "forward", ddp_forward)
@@ -346,9 +327,21 @@ class Observer:
             obs._record_wrap("DataParallel", module, user_line(sys._getframe(1)),
                              given.get("device_ids"), given.get("output_device"), False, True,
                              False)
-            real_dp_init(dp, module, *args, **kwargs)
+            if obs.cuda_stand_in:
+                parallel.emulate_init(dp, module, obs.devices, **given)
+            else:
+                real_dp_init(dp, module, *args, **kwargs)
 
         self._patch(DataParallel, "__init__", dp_init)
+        real_dp_forward = DataParallel.forward
+
+        @functools.wraps(real_dp_forward)
+        def dp_forward(dp, *args, **kwargs):
+            if not getattr(dp, parallel.EMULATED, False):
+                return real_dp_forward(dp, *args, **kwargs)
+            return parallel.emulate_forward(dp, args, kwargs, obs.facts.data_parallel)
+
+        self._patch(DataParallel, "forward", dp_forward)
 
         real_convert = nn.SyncBatchNorm.convert_sync_batchnorm.__func__
 
@@ -426,14 +419,15 @@ class Observer:
              compared: bool = True) -> None:
         """Record this call and meet the other ranks at it over the store."""
         with self._lock:
+            if not compared:  # a sub-group collective, or a forward that meets nobody
+                self.facts.uncompared += 1
+                return
             seq = self._seq
             self._seq += 1
             fact = CollectiveFact(seq, op, where, shapes, dtype, compared)
             self.facts.collective_count += 1
             if len(self.facts.collectives) < MAX_COLLECTIVES:
                 self.facts.collectives.append(fact)
-            if not compared:
-                return
             store = self._get_store()
             world = self.facts.world_size
             if store is None or world < 2:
@@ -507,6 +501,10 @@ class Observer:
         def init_process_group(*args, **kwargs):
             facts = obs.facts
             facts.init_where = user_line(sys._getframe(1))
+            if obs.one_process:
+                # the script starts a process group after all: it needs ranks
+                facts.wants_ranks = True
+                raise PreflightStop("the script starts a process group")
             backend = kwargs.get("backend", args[0] if args else None)
             facts.backend_asked = None if backend is None else str(backend)
             if args:
@@ -647,42 +645,18 @@ class Observer:
     # -- CUDA stand-in on CPU ----------------------------------------------------------
 
     def _install_cuda_stand_in(self) -> None:
-        from torch import nn
-
-        obs = self
-        cuda = torch.cuda
         local = int(os.environ.get("LOCAL_RANK", "0"))
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-        state = {"device": local}
-
-        def set_device(device):
-            index = device.index if isinstance(device, torch.device) else device
-            if isinstance(index, str):
-                index = torch.device(index).index
-            obs.facts.set_device.append(index)
-            state["device"] = index or 0
-
-        patches = {
-            "set_device": set_device,
-            "device_count": lambda: local_world,
-            "current_device": lambda: state["device"],
-            "synchronize": lambda *a, **k: None,
-            "empty_cache": lambda: None,
-            "memory_allocated": lambda *a, **k: 0,
-            "max_memory_allocated": lambda *a, **k: 0,
-            "memory_reserved": lambda *a, **k: 0,
-            "max_memory_reserved": lambda *a, **k: 0,
-            "reset_peak_memory_stats": lambda *a, **k: None,
-            "get_device_name": lambda *a, **k: "CPU (ddpcheck stand-in)",
-        }
-        for name, fn in patches.items():
-            if hasattr(cuda, name):
-                self._patch(cuda, name, fn)
-        self._patch(nn.Module, "cuda", lambda module, device=None: module)
-        mode = _cuda_to_cpu_mode()
-        mode.__enter__()
-        self._modes.append(mode)
+        self.stand_in = CudaStandIn(self.devices, local)
+        self.stand_in.install()
         self.facts.cuda_stand_in = True
+
+    def _remove_cuda_stand_in(self) -> None:
+        if self.stand_in is None:
+            return
+        self.stand_in.uninstall()
+        self.facts.set_device = list(self.stand_in.set_device_calls)
+        self.facts.stand_in_used = sorted(self.stand_in.used)
+        self.stand_in = None
 
 
 def _tensor_signature(args, kwargs) -> tuple[list, Optional[str]]:
@@ -701,3 +675,19 @@ def _tensor_signature(args, kwargs) -> tuple[list, Optional[str]]:
     for value in list(args) + list(kwargs.values()):
         visit(value)
     return shapes, dtype
+
+
+def forward_communicates(ddp) -> bool:
+    """Does this DDP forward make the ranks meet? DDP's own rules: the backward
+    all-reduces gradients when grad mode is on and the module is not inside
+    ``no_sync()``; the forward broadcasts buffers when DDP says it will (after a
+    synchronised step, with buffers to sync); a Join context meets every forward.
+    A ``no_grad`` / ``no_sync`` forward with nothing to broadcast meets nobody."""
+    try:
+        if torch.is_grad_enabled() and ddp.require_backward_grad_sync:
+            return True
+        if ddp._check_sync_bufs_pre_fwd() or ddp._check_sync_bufs_post_fwd():
+            return True
+        return bool(getattr(getattr(ddp, "_join_config", None), "enable", False))
+    except Exception:  # a DDP without these attributes: assume it meets
+        return True

@@ -9,9 +9,12 @@
   sampler's shuffle and ``set_epoch`` apply as always), only the order in which
   they are served changes. The DataLoader keeps its ``len``, ``batch_size`` and
   ``sampler``.
-* The training loader (the one an optimizer stepped during) is stopped at the
-  second batch of its second epoch: the second epoch's first step runs, then
-  :class:`PreflightStop` ends the script on every rank at the same point.
+* An epoch is a pass over the training loader (the one an optimizer stepped
+  during) in which the optimizer stepped: a peek (``next(iter(loader))`` to
+  read the batch size), an evaluation pass or a ``len()`` is not one. The run
+  is stopped at the second batch of the first pass after a training epoch:
+  the second epoch's first step runs, then :class:`PreflightStop` ends the
+  script on every rank at the same point.
 * A script without a DataLoader is stopped after ``3 x steps`` optimizer steps.
 
 :class:`PreflightStop` derives from ``BaseException`` so the script's own
@@ -26,6 +29,7 @@ from typing import Callable, Optional
 from ddpcheck.preflight.script.facts import EpochFact, LoaderFact
 
 HEAD = 8  # indices kept per epoch for the report
+MAX_UNSTEPPED = 16  # batches served to a pass in which the optimizer has not stepped yet
 
 
 class PreflightStop(BaseException):
@@ -63,15 +67,18 @@ class Steering:
         self.optimizer_steps += 1
         if self.current is not None:
             self.current.training = True
+            if self.current.epochs:
+                self.current.epochs[-1].steps += 1
         if self.optimizer_steps >= 3 * self.steps and not any(f.training and f.steered
                                                                for f in loaders):
             self.stop_reason = (f"{self.optimizer_steps} optimizer steps without a DataLoader "
                                 f"the preflight could steer")
             raise PreflightStop(self.stop_reason)
 
-    def should_stop(self, fact: LoaderFact, epoch: int, served: int) -> bool:
-        """Stop at the second batch of the training loader's second epoch."""
-        return fact.training and epoch >= 2 and served >= 1
+    def should_stop(self, fact: LoaderFact, served: int) -> bool:
+        """Stop at the second batch of a pass that follows a training epoch (a peek
+        before the next epoch's ``set_epoch`` serves its one batch and goes on)."""
+        return served >= 1 and any(e.training for e in fact.epochs[:-1])
 
 
 def steered_batch_sampler(inner, fact: LoaderFact, steering: Steering,
@@ -101,7 +108,15 @@ def steered_batch_sampler(inner, fact: LoaderFact, steering: Steering,
                               batches_total=len(batches),
                               first_batch=len(batches[-1]) if batches else 0)
             fact.epochs.append(epoch)
-            for pos in schedule(len(batches), steering.steps):
+            served = 0
+            for pos in schedule(len(batches), len(batches)):
+                # `steps` batches; when the script consumed them all without an optimizer
+                # step (gradient accumulation), on until it steps (loader workers fetch
+                # ahead of the script: there the plan stays `steps` batches)
+                accumulating = not epoch.steps and epoch.batches_served == served
+                if served >= steering.steps and (not accumulating or served >= MAX_UNSTEPPED):
+                    break
+                served += 1
                 yield batches[pos]
 
     steered = SteeredBatchSampler()
@@ -121,13 +136,16 @@ def steered_next(real_next, steering: Steering):
         if fact is None:
             return real_next(it)
         served = getattr(it, "_ddpcheck_served", 0)
-        if steering.should_stop(fact, len(fact.epochs), served):
-            steering.stop_reason = (f"epoch {len(fact.epochs)} of the training DataLoader "
+        if steering.should_stop(fact, served):
+            fact.epochs[-1].ended_run = True
+            before = sum(1 for e in fact.epochs[:-1] if e.training)
+            steering.stop_reason = (f"epoch {before + 1} of the training DataLoader "
                                     f"({fact.where}) reached")
             raise PreflightStop(steering.stop_reason)
         steering.current = fact
         if steering.on_batch is not None and served:
-            steering.on_batch(fact, len(fact.epochs), served)
+            before = sum(1 for e in fact.epochs[:-1] if e.training)
+            steering.on_batch(fact, before + 1, served)
         batch = real_next(it)
         it._ddpcheck_served = served + 1
         fact.epochs[-1].batches_served = served + 1
