@@ -148,7 +148,9 @@ def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
         note = backend.note
     judgement = judging.judge(run.facts, run.ranks, world, note, opts.timeout,
                               run.stop_reason, one_process=one_process)
-    judging.link_lint(judgement, _lint(target, judgement))
+    ended_early = any(f is None or f.ending.value not in ("finished", "exited")
+                      for f in run.facts)
+    judging.link_lint(judgement, _lint(target, judgement), ended_early)
     code = judgement.exit_code
     report = {
         "headline": (f"ddpcheck preflight -- {target.display}{' ' if target.argv else ''}"

@@ -209,6 +209,7 @@ class RankFacts:
     wants_ranks: bool = False  # one-process run: the script started a process group
     data_parallel: list = field(default_factory=list)  # DataParallel scatters (first few)
     uncompared: int = 0  # forwards and sub-group collectives that meet no peer
+    first_divergence: str = ""  # the first matched step the ranks reached from different lines
     set_device: list[Optional[int]] = field(default_factory=list)  # indices asked for
     loaders: list[LoaderFact] = field(default_factory=list)
     wraps: list[WrapFact] = field(default_factory=list)

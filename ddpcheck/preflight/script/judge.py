@@ -419,10 +419,12 @@ def _collective_order(have: list) -> list:
             parts.append(f"rank {peer.rank} {_op(peer.op, peer.shapes, peer.dtype, article=True)} "
                          f"at {_at(peer.where)}")
     text = ", ".join(parts)
+    parted = next((f.first_divergence for f in have if f.first_divergence), "")
+    parted = (f"; the sequences parted at {parted}" if parted else "")
     if mm.reason in ("op", "ended"):
         return [_v(ScriptCheck.COLLECTIVE_ORDER, FAIL, text,
                    f"collective #{mm.seq + 1}: the ranks disagree on what comes next; a real run "
-                   f"hangs there (or mixes up tensors) until the NCCL timeout",
+                   f"hangs there (or mixes up tensors) until the NCCL timeout{parted}",
                    "make every rank reach the same collectives in the same order: move the "
                    "collective out of the rank-only branch (reduce on all ranks, print on "
                    "rank 0)", [first.rank] + [p.rank for p in mm.peers])]
@@ -668,8 +670,11 @@ def _memory(have: list) -> list:
 # -- lint beside -------------------------------------------------------------------------
 
 
-def link_lint(judgement: Judgement, findings: list) -> None:
-    """Attach ``ddpcheck lint`` findings, each marked with what the run made of it."""
+def link_lint(judgement: Judgement, findings: list, ended_early: bool = False) -> None:
+    """Attach ``ddpcheck lint`` findings, each marked with what the run made of it.
+    ``ended_early``: the run stopped before the script's end (the steering's stop, a
+    crash, something the CPU stand-in cannot run), so a finding the run did not
+    confirm may lie past the point it reached."""
     confirmed = {v.confirms for v in judgement.verdicts if v.confirms}
     passed = {v.rule for v in judgement.verdicts if v.rule and v.status == PASS}
     checked = set(RULE_FOR.values())
@@ -679,7 +684,8 @@ def link_lint(judgement: Judgement, findings: list) -> None:
         elif f.code in passed:
             runtime = "not seen at run time"
         elif f.code in checked:
-            runtime = "not observed in this run"
+            runtime = ("not reached: the run ended before this point" if ended_early
+                       else "not observed in this run")
         else:
             runtime = "static only"
         judgement.lint.append(LintLink(f.code, f.line, str(f.severity), f.message, runtime))

@@ -466,6 +466,11 @@ class Observer:
             delay = min(0.05, delay * 2)
         reason = ""
         for pos in positions.values():
+            if pos.op == mine.op and pos.where != mine.where and not self.facts.first_divergence:
+                # the same step from another line: not a hang by itself, but where the
+                # ranks' sequences part if they later disagree
+                self.facts.first_divergence = (f"#{seq + 1}: rank {self.facts.rank} {mine.op} at "
+                                               f"{mine.where}, rank {pos.rank} at {pos.where}")
             if pos.ended is not None:
                 reason = "ended"
             elif pos.op != mine.op:
