@@ -11,6 +11,7 @@ import dataclasses
 import os
 import sys
 import time
+from dataclasses import dataclass
 from typing import Optional
 
 import click
@@ -38,34 +39,69 @@ def factory_only_set(opts: PreflightOptions) -> list[str]:
     return [_flag(name) for name in FACTORY_ONLY if getattr(opts, name) != defaults[name]]
 
 
+@dataclass
+class ScriptSetup:
+    """What this run is, settled before anything starts (usage errors come first)."""
+
+    target: object  # launch.ScriptTarget
+    steps: int
+    launched: object  # envdetect.LaunchedEnv, or None when the preflight starts the ranks
+    world: int  # ranks, or devices of the one process
+    nodes: int
+    per_node: int
+    gpus_here: int
+    fork_safe: bool
+    backend: object  # backend.Backend
+    cuda_stand_in: bool
+
+
 def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
                          script_args: list[str], nodes: Optional[int] = None) -> int:
     """``opts``: the parsed options (click checked each value's range); ``steps``:
     ``--steps``, None for the default; ``script_args``: what followed ``--``;
     ``nodes``: ``--nodes M`` (the ranks split over M emulated nodes)."""
     t0 = time.time()
+    setup = _setup(opts, steps, script_args, nodes or 1)
+    outcome = _run(setup, opts.timeout)
+    if outcome is None:
+        return 0  # a rank other than 0 under torchrun/srun: rank 0 prints the verdict
+    run, one_process, how = outcome
+    refused = next((f for f in run.facts if f is not None and f.ending.value == "refused"), None)
+    if refused is not None:
+        fail(f"{setup.target.display}: {refused.ending_detail}")
+
+    from ddpcheck.preflight.script import judge as judging
+    from ddpcheck.preflight.script import report as render
+
+    judgement = judging.judge(run.facts, run.ranks, setup.world, _note(setup, one_process),
+                              opts.timeout, run.stop_reason, one_process=one_process)
+    ended_early = any(f is None or f.ending.value not in ("finished", "exited")
+                      for f in run.facts)
+    judging.link_lint(judgement, _lint(setup.target, judgement), ended_early)
+    report = _report(setup, run, judgement, one_process, how, time.time() - t0)
+    click.echo(render.render_json(report) if opts.output_format == "json"
+               else render.render_text(report))
+    return report.exit_code
+
+
+def _setup(opts: PreflightOptions, steps: Optional[int], script_args: list,
+           nodes: int) -> ScriptSetup:
     given = factory_only_set(opts)
     if given:
         fail(f"{given[0]} is for the factory mode; with -- SCRIPT the preflight reads "
              f"sizes, batches, the model and its training step from the script itself")
-    steps = DEFAULT_STEPS if steps is None else steps
-
+    from ddpcheck.preflight import envdetect
     from ddpcheck.preflight.script.launch import TargetError, resolve_target
 
     try:
         target = resolve_target(list(script_args))
     except TargetError as exc:
         fail(str(exc))
-
-    from ddpcheck.preflight import envdetect
-
     try:
         launched = envdetect.detect_launched()
     except envdetect.LaunchEnvError as exc:
         fail(str(exc))
-
     try:
-        import torch
         import torch.distributed as dist
     except ImportError:
         fail("ddpcheck preflight needs torch: pip install 'ddpcheck[preflight]'")
@@ -81,7 +117,6 @@ def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
             fail("--gpus N is required on a machine without GPUs (N CPU processes stand in "
                  "for N GPUs)")
         world = gpus_here
-    nodes = nodes or 1
     if launched and nodes > 1:
         fail("--nodes emulates nodes on this machine; inside torchrun/srun the real nodes "
              "are used: drop --nodes")
@@ -93,107 +128,92 @@ def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
         backend = choose_backend(opts.backend, per_node, gpus_here, dist.is_nccl_available())
     except BackendError as exc:
         fail(str(exc))
-    cuda_stand_in = gpus_here < per_node or backend.device == "cpu"
+    return ScriptSetup(target, DEFAULT_STEPS if steps is None else steps, launched, world,
+                       nodes, per_node, gpus_here, fork_safe, backend,
+                       gpus_here < per_node or backend.device == "cpu")
 
-    from ddpcheck.preflight.script import judge as judging
+
+def _run(setup: ScriptSetup, timeout: float):
+    """Run the script: as this rank under torchrun/srun, else as one process (DataParallel
+    or plain) or as ranks. (run, one_process, how), or None on a rank other than 0."""
+    import torch
+
     from ddpcheck.preflight.script import launch as script_launch
-
     from ddpcheck.preflight.script.processes import ProcessShape, plan_processes
 
-    plan = plan_processes(target.path) if not launched and nodes == 1 else None
-    one_process = plan is not None and plan.shape != ProcessShape.RANKS
-    if launched:
-        run = script_launch.run_in_launcher(target, steps, cuda_stand_in, opts.timeout,
-                                            launched)
-        how = f"rank {launched.rank} of {launched.world_size} under {launched.launcher}"
+    if setup.launched:
+        run = script_launch.run_in_launcher(setup.target, setup.steps, setup.cuda_stand_in,
+                                            timeout, setup.launched)
+        launched = setup.launched
         if launched.rank != 0:
-            return 0  # rank 0 prints the verdict for everyone
-    else:
-        if fork_safe:
-            # DDP's constructor imports torch._dynamo (seconds): once here, shared by
-            # every forked worker
-            import torch._dynamo  # noqa: F401
-        if torch.cuda.is_initialized():
-            fork_safe = False
-        method = "fork" if fork_safe else "spawn"
-        run = _launch(script_launch, target, world, steps, cuda_stand_in, opts.timeout,
-                      method, one_process, nodes)
-        if one_process and run.facts and run.facts[0] is not None and run.facts[0].wants_ranks:
-            # the script started a process group after all: run it as ranks
-            one_process = False
-            plan.why += "; it started a process group when run, so it ran again as ranks"
-            run = _launch(script_launch, target, world, steps, cuda_stand_in, opts.timeout,
-                          method, False, nodes)
-        if one_process:
-            how = (f"one process driving {world} devices ({plan.why}), started by torch's "
-                   f"elastic_launch in {run.elapsed:.1f} s")
-        else:
-            spread = f" on {nodes} emulated nodes" if nodes > 1 else ""
-            how = (f"workers started by torch's elastic_launch ({method}){spread} in "
-                   f"{run.elapsed:.1f} s")
-
-    refused = next((f for f in run.facts if f is not None and f.ending.value == "refused"), None)
-    if refused is not None:
-        fail(f"{target.display}: {refused.ending_detail}")
-
-    if cuda_stand_in and one_process:
-        why = ("no CUDA devices here" if gpus_here == 0
-               else f"{gpus_here} CUDA devices for {world}")
-        note = f"{why}: one CPU process stands in for the process driving {world} GPUs"
-    elif cuda_stand_in:
-        why = ("no CUDA devices here" if gpus_here == 0
-               else f"{gpus_here} CUDA devices for {per_node} ranks")
-        note = f"{why}: {per_node} CPU processes stand in for {per_node} GPUs"
-    else:
-        note = backend.note
-    judgement = judging.judge(run.facts, run.ranks, world, note, opts.timeout,
-                              run.stop_reason, one_process=one_process)
-    ended_early = any(f is None or f.ending.value not in ("finished", "exited")
-                      for f in run.facts)
-    judging.link_lint(judgement, _lint(target, judgement), ended_early)
-    code = judgement.exit_code
-    report = {
-        "headline": (f"ddpcheck preflight -- {target.display}{' ' if target.argv else ''}"
-                     f"{' '.join(target.argv)}: "
-                     + (f"1 process, {world} devices, " if one_process else
-                        f"{world} rank{'s' if world != 1 else ''}, ") +
-                     f"{backend.backend} on {'CPU' if backend.device == 'cpu' else 'GPU'}, "
-                     f"{how}; {steps} steps per epoch, last batch first"),
-        "mode": "script",
-        "target": target.display,
-        "argv": list(target.argv),
-        "world_size": world,
-        "one_process": one_process,
-        "nodes": nodes,
-        "backend": backend.backend,
-        "device": backend.device,
-        "cuda_stand_in": cuda_stand_in,
-        "steps": steps,
-        "verdicts": [v.to_dict() for v in judgement.verdicts],
-        "lint": [vars(x) for x in judgement.lint],
-        "lint_error": judgement.lint_error,
-        "writes": [dict(vars(w), rank=f.rank) for f in run.facts if f is not None
-                   for w in f.writes],
-        "ranks": [f.to_dict() if f is not None else _no_report(i, run)
-                  for i, f in enumerate(run.facts)],
-        "timing": {"total_seconds": time.time() - t0, "workers_seconds": run.elapsed},
-        "worker_logs": run.log_dir,
-        "exit_code": code,
-    }
-    from ddpcheck.preflight.script import report as render
-
-    if opts.output_format == "json":
-        click.echo(render.render_json(report))
-    else:
-        click.echo(render.render_text(report))
-    return code
+            return None
+        return run, False, f"rank {launched.rank} of {launched.world_size} under {launched.launcher}"
+    fork_safe = setup.fork_safe
+    if fork_safe:
+        # DDP's constructor imports torch._dynamo (seconds): once here, shared by every
+        # forked worker
+        import torch._dynamo  # noqa: F401
+    if torch.cuda.is_initialized():
+        fork_safe = False
+    method = "fork" if fork_safe else "spawn"
+    plan = plan_processes(setup.target.path) if setup.nodes == 1 else None
+    one_process = plan is not None and plan.shape != ProcessShape.RANKS
+    run = _launch(script_launch, setup, timeout, method, one_process)
+    if one_process and run.facts and run.facts[0] is not None and run.facts[0].wants_ranks:
+        # the script started a process group after all: run it as ranks
+        one_process = False
+        plan.why += "; it started a process group when run, so it ran again as ranks"
+        run = _launch(script_launch, setup, timeout, method, False)
+    if one_process:
+        return run, True, (f"one process driving {setup.world} devices ({plan.why}), started "
+                           f"by torch's elastic_launch in {run.elapsed:.1f} s")
+    spread = f" on {setup.nodes} emulated nodes" if setup.nodes > 1 else ""
+    return run, False, (f"workers started by torch's elastic_launch ({method}){spread} in "
+                        f"{run.elapsed:.1f} s")
 
 
-def _launch(script_launch, target, world, steps, cuda_stand_in, timeout, method,
-            one_process, nodes):
-    run = script_launch.launch_script(target, world, steps, cuda_stand_in, timeout,
-                                      start_method=method, one_process=one_process,
-                                      nodes=nodes)
+def _note(setup: ScriptSetup, one_process: bool) -> str:
+    """How the run stands in for the GPUs it does not have."""
+    if not setup.cuda_stand_in:
+        return setup.backend.note
+    if one_process:
+        why = ("no CUDA devices here" if setup.gpus_here == 0
+               else f"{setup.gpus_here} CUDA devices for {setup.world}")
+        return f"{why}: one CPU process stands in for the process driving {setup.world} GPUs"
+    why = ("no CUDA devices here" if setup.gpus_here == 0
+           else f"{setup.gpus_here} CUDA devices for {setup.per_node} ranks")
+    return f"{why}: {setup.per_node} CPU processes stand in for {setup.per_node} GPUs"
+
+
+def _report(setup: ScriptSetup, run, judgement, one_process: bool, how: str, seconds: float):
+    from ddpcheck.preflight.script.report import ScriptReport
+
+    target, world, backend = setup.target, setup.world, setup.backend
+    headline = (f"ddpcheck preflight -- {target.display}{' ' if target.argv else ''}"
+                f"{' '.join(target.argv)}: "
+                + (f"1 process, {world} devices, " if one_process else
+                   f"{world} rank{'s' if world != 1 else ''}, ")
+                + f"{backend.backend} on {'CPU' if backend.device == 'cpu' else 'GPU'}, "
+                f"{how}; {setup.steps} steps per epoch, last batch first")
+    return ScriptReport(
+        headline=headline, target=target.display, argv=list(target.argv), world_size=world,
+        one_process=one_process, nodes=setup.nodes, backend=backend.backend,
+        device=backend.device, cuda_stand_in=setup.cuda_stand_in, steps=setup.steps,
+        verdicts=list(judgement.verdicts), lint=list(judgement.lint),
+        lint_error=judgement.lint_error,
+        writes=[dict(vars(w), rank=f.rank) for f in run.facts if f is not None
+                for w in f.writes],
+        ranks=[f.to_dict() if f is not None else _no_report(i, run)
+               for i, f in enumerate(run.facts)],
+        seconds=seconds, workers_seconds=run.elapsed, worker_logs=run.log_dir,
+        exit_code=judgement.exit_code)
+
+
+def _launch(script_launch, setup: ScriptSetup, timeout: float, method: str,
+            one_process: bool):
+    run = script_launch.launch_script(setup.target, setup.world, setup.steps,
+                                      setup.cuda_stand_in, timeout, start_method=method,
+                                      one_process=one_process, nodes=setup.nodes)
     if run.interrupted:
         click.echo("ddpcheck: interrupted; workers stopped", err=True)
         sys.exit(130)

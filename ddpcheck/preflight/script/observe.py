@@ -270,8 +270,7 @@ class Observer:
     # -- DDP, DataParallel, SyncBatchNorm ---------------------------------------------
 
     def _install_wrappers(self) -> None:
-        from torch import nn
-        from torch.nn.parallel import DataParallel, DistributedDataParallel
+        from torch.nn.parallel import DistributedDataParallel
 
         obs = self
         real_ddp_init = DistributedDataParallel.__init__
@@ -316,7 +315,14 @@ class Observer:
             return real_forward(ddp, *args, **kwargs)
 
         self._patch(DistributedDataParallel, "forward", ddp_forward)
+        self._install_data_parallel()
+        self._install_sync_batchnorm()
 
+    def _install_data_parallel(self) -> None:
+        """DataParallel recorded; on the CPU stand-in its devices emulated (parallel.py)."""
+        from torch.nn.parallel import DataParallel
+
+        obs = self
         real_dp_init = DataParallel.__init__
 
         @functools.wraps(real_dp_init)
@@ -343,6 +349,11 @@ class Observer:
 
         self._patch(DataParallel, "forward", dp_forward)
 
+    def _install_sync_batchnorm(self) -> None:
+        from torch import nn
+        from torch.nn.parallel import DistributedDataParallel
+
+        obs = self
         real_convert = nn.SyncBatchNorm.convert_sync_batchnorm.__func__
 
         def convert(cls, module, *args, **kwargs):

@@ -3,15 +3,55 @@ that were kept away from the user's folders, and ``ddpcheck lint`` beside."""
 
 from __future__ import annotations
 
-from ddpcheck.preflight.units import relative_path
-
 import json
 import shutil
 import textwrap
+from dataclasses import dataclass, field
+from typing import Optional
 
 from tabulate import tabulate
 
 from ddpcheck.preflight.checks import FAIL, PASS, WARN
+from ddpcheck.preflight.units import relative_path
+
+
+@dataclass
+class ScriptReport:
+    """The script mode's result: what ran, the verdicts, lint beside, every rank's facts
+    (typed; :meth:`to_dict` is the ``--format json`` document)."""
+
+    headline: str
+    target: str
+    argv: list
+    world_size: int
+    one_process: bool
+    nodes: int
+    backend: str
+    device: str
+    cuda_stand_in: bool
+    steps: int
+    verdicts: list  # judge.Verdict, failures first
+    lint: list  # judge.LintLink
+    lint_error: Optional[str]
+    writes: list = field(default_factory=list)  # dicts: WriteFact fields and the rank
+    ranks: list = field(default_factory=list)  # RankFacts.to_dict() per rank
+    seconds: float = 0.0
+    workers_seconds: float = 0.0
+    worker_logs: Optional[str] = None
+    exit_code: int = 0
+
+    def to_dict(self) -> dict:
+        return {
+            "mode": "script", "summary": self.headline, "target": self.target,
+            "argv": self.argv, "world_size": self.world_size, "one_process": self.one_process,
+            "nodes": self.nodes, "backend": self.backend, "device": self.device,
+            "cuda_stand_in": self.cuda_stand_in, "steps": self.steps,
+            "verdicts": [v.to_dict() for v in self.verdicts],
+            "lint": [vars(x) for x in self.lint], "lint_error": self.lint_error,
+            "writes": self.writes, "ranks": self.ranks,
+            "timing": {"total_seconds": self.seconds, "workers_seconds": self.workers_seconds},
+            "worker_logs": self.worker_logs, "exit_code": self.exit_code,
+        }
 
 
 def _width() -> int:
@@ -26,8 +66,9 @@ def _wrap_rows(rows, widths) -> list:
 
 
 
-def render_text(report: dict) -> str:
-    lines = [report["headline"], ""]
+def render_text(result: ScriptReport) -> str:
+    report = result.to_dict()
+    lines = [result.headline, ""]
     width = _width() - 10
     for v in report["verdicts"]:
         lines.append(textwrap.fill(v["title"], width, initial_indent=f"{v['status']:<6}",
@@ -68,7 +109,5 @@ def render_text(report: dict) -> str:
     return "\n".join(lines)
 
 
-def render_json(report: dict) -> str:
-    out = {k: v for k, v in report.items() if k != "headline"}
-    out["summary"] = report["headline"]
-    return json.dumps(out, indent=2, default=str)
+def render_json(result: ScriptReport) -> str:
+    return json.dumps(result.to_dict(), indent=2, default=str)
