@@ -208,6 +208,17 @@ def test_a_crash_row_shows_the_exception_and_the_scripts_frames():
     assert "json" not in v.fix and v.fix.startswith("fix the KeyError at train.py:15")
 
 
+def test_an_exit_before_training_is_a_warning_with_its_line():
+    from ddpcheck.preflight.script import judge
+    from ddpcheck.preflight.script.facts import Ending
+
+    facts = [_facts(r, ending=Ending.EXITED, ending_detail="sys.exit(None) at main.py:51")
+             for r in (0, 1)]
+    out = judge.judge(facts, [None, None], 2, "", 60)
+    v = next(v for v in out.verdicts if v.check == judge.ScriptCheck.RUN)
+    assert v.status == "WARN" and "main.py:51" in v.detail and out.exit_code == 0
+
+
 def test_one_process_has_no_per_rank_verdicts():
     from ddpcheck.preflight.script import judge
     from ddpcheck.preflight.script.facts import EpochFact, LoaderFact, WriteFact

@@ -215,12 +215,24 @@ def _backend(have: list, note: str) -> Verdict:
 
 
 def _ran(have: list) -> Verdict:
+    if all(f.ending == Ending.EXITED and not f.optimizer_steps for f in have):
+        where = sorted({f.ending_detail for f in have if f.ending_detail})
+        return _v(ScriptCheck.RUN, WARN, "the script exited before its first training step",
+                  f"{'; '.join(where) or 'sys.exit'} on every rank: nothing after it was "
+                  f"checked (a GPU-count check, a missing file, a --help?)",
+                  "give the script what it needs to train (arguments, data, devices), or "
+                  "--gpus matching the devices it asks for", [f.rank for f in have])
+    return _ran_through(have)
+
+
+def _ran_through(have: list) -> Verdict:
     steps = sorted({f.optimizer_steps for f in have})
     endings = sorted({f.ending.value for f in have})
     detail = "; ".join(sorted({f.ending_detail for f in have if f.ending_detail}
                               | {n for f in have for n in f.notes}))
     seconds = max(f.seconds for f in have)
-    text = (f"every rank ran the script: {'/'.join(map(str, steps))} optimizer steps, "
+    who = "the script ran" if have[0].one_process else "every rank ran the script"
+    text = (f"{who}: {'/'.join(map(str, steps))} optimizer steps, "
             f"ended {'/'.join(endings)}")
     return _v(ScriptCheck.RUN, PASS, text,
               (detail + "; " if detail else "") + f"{seconds:.1f} s in the script",

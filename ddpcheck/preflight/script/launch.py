@@ -273,6 +273,7 @@ def run_script_rank(spec: ScriptSpec) -> dict:
             code = exc.code
             if code in (None, 0):
                 facts.ending = Ending.EXITED
+                facts.ending_detail = f"sys.exit({code!r}) at {_user_line_of(exc)}"
             else:
                 facts.ending = Ending.CRASHED
                 facts.exit_code = code if isinstance(code, int) else 1
