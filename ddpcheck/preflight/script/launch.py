@@ -414,8 +414,12 @@ def launch_script(target: ScriptTarget, world: int, steps: int, cuda_stand_in: b
     os.makedirs(scratch)
     os.makedirs(facts_dir)
     try:
+        # one process would take every core; forked from a parent that has run OpenMP
+        # regions (a notebook, a test session), a new parallel region deadlocks (GNU
+        # OpenMP is not fork-safe): one thread keeps it out of them
         spec = make_spec(target, steps, cuda_stand_in, timeout, scratch, facts_dir,
-                         one_process=one_process, devices=world, nodes=nodes)
+                         one_process=one_process, devices=world, nodes=nodes,
+                         threads=1 if one_process and start_method == "fork" else None)
         # a rank that finished waits this long for the rest before they are stopped
         grace = max(5.0, min(20.0, timeout / 4))
         outcome = launch.run_local(1 if one_process else world, spec,
