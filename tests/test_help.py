@@ -56,7 +56,7 @@ def test_preflight_help_groups_options_by_mode():
     assert sorted(sections[HELP_BOTH]) == ["--backend", "--format", "--gpus", "--help", "--timeout"]
     assert sorted(sections[HELP_FACTORY]) == sorted(
         "--" + ("drop-last" if name == "drop_last" else name.replace("_", "-")) for name in FACTORY_ONLY)
-    assert sections[HELP_SCRIPT] == ["-- SCRIPT", "--steps"]
+    assert sections[HELP_SCRIPT] == ["-- SCRIPT", "--steps", "--nodes"]
 
 
 def test_every_preflight_option_is_listed_once():
