@@ -206,11 +206,9 @@ def _backend(have: list, note: str) -> Verdict:
     if notes:
         detail += "; " + "; ".join(notes)
     if stand_in:
-        used = sorted({u for f in have for u in f.stand_in_used})
-        shown = ", ".join(used[:6]) + (f" and {len(used) - 6} more" if len(used) > 6 else "")
-        detail += ("; CUDA calls answered by the CPU stand-in" + (f" ({shown})" if used else "")
-                   + ", tensors kept on CPU: NCCL, CUDA placement and GPU memory are "
-                     "not measured")
+        # the CUDA calls answered are in --format json (ranks[].stand_in_used)
+        detail += ("; .cuda() / .to('cuda') / set_device kept tensors on CPU: NCCL, CUDA "
+                   "placement and GPU memory are unmeasured")
     return _v(ScriptCheck.BACKEND, PASS, text, detail)
 
 
@@ -509,7 +507,7 @@ def _set_epoch(lf: LoaderFact, main, have: list) -> list:
                    f"{_at(lf.where)}: epoch 1 started {e1.head[:4]}, epoch 2 {e2.head[:4]}")]
     if calls == 0:
         return [_v(ScriptCheck.SET_EPOCH, FAIL, "epoch 2 began without set_epoch",
-                   f"the DistributedSampler of {_at(lf.where)} shuffled training epoch 2 "
+                   f"the DistributedSampler of {_at(lf.where)} shuffled epoch 2 "
                    f"exactly like epoch 1 (rank {main.rank} starts {e2.head[:6]} both times): "
                    f"every epoch trains on the same order",
                    "call sampler.set_epoch(epoch) at the start of every epoch, before "
