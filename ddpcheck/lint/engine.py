@@ -6,64 +6,32 @@ pre-commit hook."""
 
 from __future__ import annotations
 
-import re
+import functools
 from typing import TYPE_CHECKING
 
 from ddpcheck.findings import ErrorKind, FileError, FileResult, Finding, SourceError
 from ddpcheck.parse.source import read_source
 from ddpcheck.parse.syntax import check_syntax
 from ddpcheck.settings import LintSettings
+from ddpcheck.triggers import Prefilter, declared
 
 if TYPE_CHECKING:  # pragma: no cover
     from ddpcheck.model.project import Project
 
 
-# A file can only contain a DDP pitfall if it touches distributed training. The
-# checks are plain regex scans (well under a millisecond per file), so the large
-# majority of a big repo, which never does, costs almost nothing. Two ways in:
-# it names an API or idiom that only multi-GPU code uses ...
-DDP_SIGNALS = re.compile(
-    r"DistributedSampler|DataParallel\s*\(|DataParallel as|init_process_group|SyncBatchNorm|local_rank"
-    r"|LOCAL_RANK|CUDA_VISIBLE_DEVICES|set_epoch|init_distributed|setup_distributed|ddp_setup|setup_ddp"
-    r"|save_on_master|torchrun|is_main_process|rank_zero_only"
-    r"|FullyShardedDataParallel|fully_shard\b|deepspeed\.initialize|torch\.distributed\.checkpoint"
-)
-# ... or it runs a collective under what looks like a rank test (DDP401's
-# hang). Generic names (`reduce`, `gather`, `scatter`) only count behind a
-# `dist.`-like prefix: functools.reduce and Tensor.scatter are everywhere.
-COLLECTIVE = re.compile(
-    r"\b(barrier|all_reduce|all_gather|broadcast|reduce_scatter|all_to_all|all_gather_object"
-    r"|broadcast_object_list|gather_object|scatter_object_list|monitored_barrier)\s*\("
-    r"|\b(dist|distributed|c10d|comm)\.(reduce|gather|scatter)\s*\("
-)
-RANK_TEST = re.compile(
-    r"\brank\s*(==|!=|<|>|%|in\b|not in)|_rank\s*(==|!=|in\b|not in)|get_rank\(\)"
-    r"|is_main|is_master|master_process|rank_zero|is_global_zero"
-)
+# A file can only contain a DDP pitfall if it holds the words one of the
+# enabled rules declares it needs (ddpcheck/triggers.py): plain word scans,
+# confirmed by a regular expression, so the large majority of a big repo,
+# which never touches distributed training, costs almost nothing.
+@functools.lru_cache(maxsize=8)
+def prefilter_for(codes: frozenset[str]) -> Prefilter:
+    """The prefilter of a run that enables `codes` (built once per set)."""
+    return Prefilter(declared(), codes)
 
 
-# Every match of each pattern above contains one of these plain words. Python's
-# regex engine tries an alternation at every position of the text, while `in`
-# scans for a word at memchr speed, so the words go first: on torch's own
-# source this cut the prefilter from about 1.7 s to a fraction of it.
-_DDP_WORDS = ("DistributedSampler", "DataParallel", "init_process_group", "SyncBatchNorm", "local_rank",
-              "LOCAL_RANK", "CUDA_VISIBLE_DEVICES", "set_epoch", "init_distributed", "setup_distributed",
-              "ddp_setup", "setup_ddp", "save_on_master", "torchrun", "is_main_process", "rank_zero_only",
-              "fully_shard", "deepspeed.initialize", "torch.distributed.checkpoint")
-_COLLECTIVE_WORDS = ("barrier", "all_reduce", "all_gather", "broadcast", "reduce_scatter", "all_to_all",
-                     "gather_object", "scatter_object_list", ".reduce", ".gather", ".scatter")
-_RANK_WORDS = ("rank", "is_main", "is_master", "master_process", "is_global_zero")
-
-
-def _mentions(text: str, words: tuple[str, ...]) -> bool:
-    return any(word in text for word in words)
-
-
-def might_have_findings(text: str) -> bool:
-    if _mentions(text, _DDP_WORDS) and DDP_SIGNALS.search(text) is not None:
-        return True
-    return (_mentions(text, _RANK_WORDS) and _mentions(text, _COLLECTIVE_WORDS)
-            and RANK_TEST.search(text) is not None and COLLECTIVE.search(text) is not None)
+def might_have_findings(text: str, codes=None) -> bool:
+    """`text` contains what some rule of `codes` (all rules when None) needs to fire."""
+    return prefilter_for(frozenset(declared() if codes is None else codes))(text)
 
 
 class Projects:
@@ -106,7 +74,7 @@ def lint_text(text: str, path: str, settings: LintSettings, named: bool = False,
     """All findings for one source text (a file, or stdin under
     --stdin-filename), sorted, `# noqa` applied; the problem with the text,
     if any, as a typed error."""
-    wanted = bool(settings.enabled) and might_have_findings(text)
+    wanted = bool(settings.enabled) and might_have_findings(text, settings.enabled)
     if not wanted and not named:
         return _noqa_only(text, path, settings)
     try:

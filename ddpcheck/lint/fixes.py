@@ -46,7 +46,7 @@ def fix_text(text: str, path: str, settings: LintSettings, unsafe: bool = False)
     current = text
     applied: list[Finding] = []
     for _ in range(MAX_ROUNDS):
-        if not settings.enabled or not might_have_findings(current):
+        if not settings.enabled or not might_have_findings(current, settings.enabled):
             break
         try:
             run = rule_hits(current, path, settings)

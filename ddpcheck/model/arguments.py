@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ddpcheck.model.flow import called_name
 from ddpcheck.model.names import string_value
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, ScriptModel
@@ -31,8 +32,8 @@ class Option:
 def options(model: ScriptModel) -> list[Option]:
     found = []
     for site in model.calls:
-        if site.attr != "add_argument":
-            continue
+        if site.attr != "add_argument" and called_name(model, site) != "add_argument":
+            continue   # `parser.add_argument(...)`, or an alias of it: `arg = parser.add_argument; arg(...)`
         flags = tuple(s for s in (string_value(a.value) for a in site.node.args if a.keyword is None) if s)
         if not flags:
             continue

@@ -20,6 +20,7 @@ import libcst as cst
 from ddpcheck.model.arguments import options
 from ddpcheck.model.distributed import init_calls, is_init_call
 from ddpcheck.model.guards import is_rank_expr
+from ddpcheck.model.flow import Const, value_at
 from ddpcheck.model.memo import query
 from ddpcheck.model.values import is_ddp_wrap, is_dp_wrap
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
@@ -86,6 +87,8 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
         if q == "torch.device":
             args = [a for a in expr.args if not a.star]
             first = args[0].value if args else None
+            if len(args) == 1 and first is not None and _ordinal(model, first):
+                return device_kinds(model, first, scope, depth + 1, ordinal=True)   # `torch.device(rank)`
             kinds = device_kinds(model, first, scope, depth + 1)
             if kinds and len(args) > 1:
                 index = args[1].value
@@ -112,6 +115,17 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
         if a.value is not None and a.augmented is None:
             kinds |= device_kinds(model, a.value, a.ctx.function, depth + 1, ordinal)
     return kinds
+
+
+@query
+def _ordinal(model: ScriptModel, expr: cst.BaseExpression) -> bool:
+    """`expr` is an int (a CUDA ordinal when given to `torch.device(...)`), or a
+    value not known to be a string."""
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)):
+        return False
+    value = value_at(model, expr)
+    return not any(isinstance(a, Const) and isinstance(a.value, str) for a in value.atoms) and \
+        not any(a.is_api("device") for a in value.made)
 
 
 @query
@@ -411,10 +425,13 @@ def _ordinal_args(model: ScriptModel, site: CallSite) -> list[tuple[cst.BaseExpr
         if arg is not None:
             out.append((arg, f"{site.func}(...)"))
     elif q == "torch.device":
-        kind = string_value(site.arg("type", 0))
+        first = site.arg("type", 0)
+        kind = string_value(first)
         index = site.arg("index", 1)
         if kind == "cuda" and index is not None:
             out.append((index, f"{site.func}(\"cuda\", ...)"))
+        elif first is not None and index is None and _ordinal(model, first):
+            out.append((first, f"{site.func}(...)"))   # `torch.device(local_rank)`: a CUDA ordinal
     elif site.attr in ("cuda", "to") and site.receiver is not None and q != "torch.cuda":
         arg = site.arg("device", 0)
         if arg is not None:

@@ -8,6 +8,7 @@ import re
 
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import FunctionInfo, ScriptModel
+from ddpcheck.model.flow import Made, called_qual, instance_class, library_bases
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
 from ddpcheck.model.flow import callees, resolve_call
 
@@ -60,12 +61,36 @@ def init_calls(model: ScriptModel) -> list:
     return found
 
 
+# Library classes and functions that start the process group themselves when
+# the launcher's environment (torchrun's RANK / WORLD_SIZE) is set: a script
+# built on them runs as several processes under torchrun without a word of
+# torch.distributed of its own.
+LIBRARY_TRAINERS = (
+    ("transformers.", "Trainer"), ("trl.", "Trainer"), ("accelerate.", "Accelerator"),
+    ("lightning.", "Trainer"), ("pytorch_lightning.", "Trainer"), ("lightning.", "Fabric"),
+    ("deepspeed.initialize", ""), ("deepspeed.init_distributed", ""),
+)
+
+
+def starts_group_itself(model: ScriptModel, site) -> bool:
+    """A call of a library trainer that starts the process group on its own
+    (`transformers.Trainer(...)`, `Accelerator()`, Lightning's `Trainer` or
+    `Fabric`, `deepspeed.initialize`), or of a class of the tree deriving from one."""
+    qual = called_qual(model, site) or ""
+    names = {qual} if qual else set()
+    cls = instance_class(model, Made(model, site))
+    if cls is not None:
+        names |= library_bases(*cls)
+    return any(q.startswith(prefix) and q.endswith(suffix) for q in names for prefix, suffix in LIBRARY_TRAINERS)
+
+
 @query
 def runs_distributed(model: ScriptModel) -> bool:
-    """The script starts a process group, wraps in DDP or shards with a
+    """The script starts a process group (itself, or through a library
+    trainer that does it under torchrun), wraps in DDP or shards with a
     DistributedSampler: it runs as several processes."""
     result = bool(init_calls(model)) or any(w.kind == "DistributedDataParallel" for w in wraps(model)) or any(
-        is_api_call(model, c, "DistributedSampler") for c in model.calls
+        is_api_call(model, c, "DistributedSampler") or starts_group_itself(model, c) for c in model.calls
     )
     return result
 

@@ -897,6 +897,15 @@ def _entry(model: ScriptModel, value: Value, key: object) -> Value:
     return union(out)
 
 
+def literal_entry(m: Mapping, key: object) -> cst.BaseExpression | None:
+    """The expression a dict literal writes for `key` (`{"lr": args.lr}`)."""
+    if isinstance(m.node, cst.Dict):
+        for el in m.node.elements:
+            if isinstance(el, cst.DictElement) and _literal(el.key) == key:
+                return el.value
+    return None
+
+
 def _mapping_entries(m: Mapping) -> tuple:
     return m.entries
 
@@ -916,10 +925,12 @@ def mapping_lookup(model: ScriptModel, m: Mapping, key: object) -> Value | None:
     """The entry `key` of a dict, None when it certainly has none (nothing
     stores it and no unknown entries could)."""
     out = [v for k, v in m.entries if k == key]
-    if isinstance(key, str):
+    if isinstance(key, str) and m.node is not None:
         for where in {m.model, model}:
             for a in _stores_by_member(where).get(f"[{key!r}]", ()):
-                if a.augmented is None and m in _value(where, a.target.value).atoms:
+                # the same dict: made at the same place (its entries may be bound differently per call)
+                if a.augmented is None and any(isinstance(x, Mapping) and x.node is m.node
+                                               for x in _value(where, a.target.value).atoms):
                     out.append(binding_value(where, a))
     if out:
         return union(out) | (opaque("entry of an open dict") if m.open else EMPTY)
@@ -1168,10 +1179,11 @@ def _substitute_atom(atom, replace) -> Value:
             return just(Dispatch(atom.model, atom.site, atom.name, atom.param, _substitute(atom.static, replace)))
         return union(_dispatch(atom, r, replace) for r in receiver.atoms)
     if isinstance(atom, Seq) and atom.items is not None:
-        return just(Seq(atom.model, atom.node, tuple(_substitute(v, replace) for v in atom.items)))
+        items = tuple(_substitute(v, replace) for v in atom.items)
+        return just(atom) if items == atom.items else just(Seq(atom.model, atom.node, items))
     if isinstance(atom, Mapping) and atom.entries:
-        return just(Mapping(atom.model, atom.node, tuple((k, _substitute(v, replace)) for k, v in atom.entries),
-                            atom.open))
+        entries = tuple((k, _substitute(v, replace)) for k, v in atom.entries)
+        return just(atom) if entries == atom.entries else just(Mapping(atom.model, atom.node, entries, atom.open))
     return just(atom)
 
 
@@ -1294,6 +1306,30 @@ def _default(fn: FunctionInfo, name: str) -> cst.BaseExpression | None:
         if p.name.value == name:
             return p.default
     return None
+
+
+def argument_places(model: ScriptModel, site: CallSite, keyword: str, position: int | None = None) -> tuple:
+    """Where what a call passes as `keyword=` is set: the call itself when
+    written there, else the stores `kw["keyword"] = ...` into the dict it
+    unpacks (their Ctx, for "can these two be set together?": stores in the
+    two arms of one `if` never are); () for a dict literal's own entry."""
+    if site.arg(keyword, position) is not None:
+        return (site.ctx,)
+    places: list = []
+    for a in site.node.args:
+        if a.star != "**":
+            continue
+        for m in _value(model, a.value).atoms:
+            if not isinstance(m, Mapping) or m.node is None:
+                continue
+            if any(k == keyword for k, _ in m.entries):
+                places.append(None)
+            for where in {m.model, model}:
+                for store in _stores_by_member(where).get(f"[{keyword!r}]", ()):
+                    if any(isinstance(x, Mapping) and x.node is m.node
+                           for x in _value(where, store.target.value).atoms):
+                        places.append(store.ctx)
+    return tuple(places)
 
 
 def call_argument(model: ScriptModel, site: CallSite, keyword: str, position: int | None = None) -> Value | None:
@@ -1817,6 +1853,24 @@ def consumed_per_epoch(model: ScriptModel, site: CallSite) -> bool:
     return any(p.consumed.holds(model, site) for p in epoch_passes(model))
 
 
+def expression_at_call(model: ScriptModel, call: CallSite, fmodel: ScriptModel,
+                       expr: cst.BaseExpression) -> cst.BaseExpression | None:
+    """`expr`, written in the function `call` runs (in `fmodel`), as the
+    caller writes it: a parameter read there is the argument the call passes
+    (`make_loader(ds, args.global_batch_size)` for `batch_size` in
+    `DataLoader(ds, batch_size=batch_size)`); None when it is anything else
+    or the call passes it unseen (`*args`)."""
+    target = resolve_call(model, call)
+    if target is None or target[0] is not fmodel or not isinstance(expr, cst.Name):
+        return None
+    fn = target[1]
+    reach = fmodel.reach.get(id(expr), ())
+    if len(reach) != 1 or not all(getattr(b, "kind", None) == "param" and b.ctx.function is fn for b in reach):
+        return None
+    bound, arg = argument_expr(call, fn, expr.value)
+    return arg if bound else None
+
+
 # -- what a value is computed from ------------------------------------------------------------
 
 @query(on_cycle=frozenset())
@@ -1887,4 +1941,5 @@ __all__ = [
     "consumed_per_epoch", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value",
     "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
+    "argument_places", "literal_entry", "expression_at_call",
 ]

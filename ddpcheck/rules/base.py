@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, ClassVar, Iterator
 import libcst as cst
 
 from ddpcheck.findings import Severity
+from ddpcheck.triggers import Trigger
 from ddpcheck.model.filekind import ALL_KINDS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -138,6 +139,9 @@ class Rule:
     fix: ClassVar[str]       # how to fix it (shown on the `help:` line)
     # Some findings carry an autofix (`ddpcheck lint --fix`); the rule's page says so.
     fixable: ClassVar[bool] = False
+    # The words a file must contain for the rule to fire (ddpcheck/triggers.py):
+    # the prefilter of a run is built from the enabled rules' declarations.
+    triggers: ClassVar[tuple[Trigger, ...]] = ()
     # The kinds of file the rule looks at (model/filekind.py: "script", "test",
     # "library"); its page says which and why (Precision notes).
     kinds: ClassVar[frozenset[str]] = ALL_KINDS

@@ -13,6 +13,7 @@ from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerI
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import set_epoch_edit
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees, resolve_call
 
@@ -22,6 +23,7 @@ _SAMPLER_ATTRS = ("sampler", "batch_sampler")
 @register
 class MissingSetEpoch(Rule):
     code = "DDP101"
+    triggers = (USES_DISTRIBUTED,)
     name = "missing-set-epoch"
     short = "DistributedSampler never gets `set_epoch()`: every epoch replays the same order"
     severity = Severity.ERROR

@@ -6,13 +6,16 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.model.script import CallSite, ScriptModel
+from ddpcheck.model.script import CallSite, ScriptModel, exclusive
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.flow import Made, call_argument, called_name, instance_class, instance_of, resolved
+from ddpcheck.model.flow import (
+    Made, argument_places, call_argument, called_name, instance_class, instance_of, resolved,
+)
 from ddpcheck.model.values import loaders
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import shuffle_edit
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -26,6 +29,16 @@ def _sampler_objects(model: ScriptModel, site: CallSite, keyword: str, position:
         return []
     found = [a for a in resolved(model, value).made if _makes_an_object(a)]
     return sorted(found, key=lambda a: (a.model.path, a.site.ctx.order))
+
+
+def _never_together(model: ScriptModel, site: CallSite, keyword: str, position: int) -> bool:
+    """`shuffle` and the sampler come from stores into a `**kwargs` dict made
+    in the two arms of one `if` (`if distributed: kw["sampler"] = ... else:
+    kw["shuffle"] = True`): no run passes both."""
+    shuffles = argument_places(model, site, "shuffle", 2)
+    samplers = argument_places(model, site, keyword, position)
+    return bool(shuffles) and bool(samplers) and all(
+        a is not None and b is not None and exclusive(a, b) for a in shuffles for b in samplers)
 
 
 def _makes_an_object(atom: Made) -> bool:
@@ -43,6 +56,7 @@ def _short(text: str) -> str:
 @register
 class SamplerShuffleConflict(Rule):
     code = "DDP102"
+    triggers = (USES_DISTRIBUTED,)
     name = "sampler-shuffle-conflict"
     short = "`shuffle=True` with a sampler: DataLoader raises ValueError"
     severity = Severity.ERROR
@@ -61,7 +75,7 @@ class SamplerShuffleConflict(Rule):
             node = site.arg("shuffle", 2)
             for kw, pos in (("sampler", 3), ("batch_sampler", 4)):
                 objects = _sampler_objects(model, site, kw, pos)
-                if not objects:
+                if not objects or _never_together(model, site, kw, pos):
                     continue
                 expr = site.arg(kw, pos)
                 yield Hit(node if node is not None else site.node,

@@ -11,10 +11,12 @@ from ddpcheck.model.batches import divided_by_world, is_global_batch_name
 from ddpcheck.model.launch import launch_commands
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import loaders
+from ddpcheck.model.flow import expression_at_call
+from ddpcheck.model.values import held_loaders, loaders
 from ddpcheck.model.vocabulary import GLOBAL_HELP, PER_RANK_HELP
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -40,6 +42,7 @@ def _divided_by_launch(model: ScriptModel, flags: tuple[str, ...]) -> bool:
 @register
 class UndividedBatch(Rule):
     code = "DDP103"
+    triggers = (USES_DISTRIBUTED,)
     name = "undivided-batch"
     short = "global batch size used as the per-process batch"
     severity = Severity.WARNING
@@ -50,10 +53,13 @@ class UndividedBatch(Rule):
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
         documented = {o.dest: o for o in options(model) if GLOBAL_HELP.search(o.help) and not PER_RANK_HELP.search(o.help)}
-        for loader in loaders(model):
+        for loader in loaders(model) + held_loaders(model):
             if not loader.samplers or loader.looks_like_eval():
                 continue   # an evaluation batch does not change the training batch
             expr = loader.batch_size
+            if expr is not None and loader.held:
+                # built by a helper: the batch is what this file passes for the helper's parameter
+                expr = expression_at_call(model, loader.via, loader.model, expr) if loader.via is not None else None
             if expr is None:
                 continue
             name = _name(expr)

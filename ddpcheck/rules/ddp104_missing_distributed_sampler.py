@@ -17,6 +17,7 @@ from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
 from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 LOCAL_SAMPLERS = ("RandomSampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler")
@@ -29,7 +30,7 @@ SHARDING = re.compile(
 # Loaders handed to a library that shards them (`accelerator.prepare(...)`, ignite's auto_dataloader).
 SHARDING_CALLS = {"prepare", "prepare_data_loader", "auto_dataloader", "setup_dataloaders", "distribute_dataloader"}
 
-UNKNOWN, NONE, LOCAL, DISTRIBUTED = "unknown", "none", "local", "distributed"
+KIND_UNKNOWN, KIND_NONE, KIND_LOCAL, KIND_DISTRIBUTED = "unknown", "none", "local", "distributed"
 
 
 def _kind(model: ScriptModel, value: Value | None) -> str:
@@ -37,28 +38,28 @@ def _kind(model: ScriptModel, value: Value | None) -> str:
     that does not shard, a DistributedSampler, or something the engine cannot
     judge (a parameter, a helper it cannot see, a custom sampler class)."""
     if value is None:
-        return NONE
+        return KIND_NONE
     kinds = set()
     for atom in resolved(model, value).atoms:
         if isinstance(atom, Const) and atom.value is None:
-            kinds.add(NONE)
+            kinds.add(KIND_NONE)
         elif isinstance(atom, Made) and instance_of(atom, "DistributedSampler"):
-            kinds.add(DISTRIBUTED)
+            kinds.add(KIND_DISTRIBUTED)
         elif isinstance(atom, Made) and atom.is_api(*LOCAL_SAMPLERS):
-            kinds.add(LOCAL)
+            kinds.add(KIND_LOCAL)
         elif isinstance(atom, Made) and atom.is_api("BatchSampler"):
             inner = _kind(atom.model, call_argument(atom.model, atom.site, "sampler", 0))
-            kinds.add(LOCAL if inner == NONE else inner)
+            kinds.add(KIND_LOCAL if inner == KIND_NONE else inner)
         else:
-            kinds.add(UNKNOWN)
+            kinds.add(KIND_UNKNOWN)
     return _join(kinds)
 
 
 def _join(kinds: set[str]) -> str:
-    for k in (UNKNOWN, DISTRIBUTED, LOCAL):
+    for k in (KIND_UNKNOWN, KIND_DISTRIBUTED, KIND_LOCAL):
         if k in kinds:
             return k
-    return NONE
+    return KIND_NONE
 
 
 def _self_sharded(model: ScriptModel, loader: LoaderInfo) -> bool:
@@ -92,6 +93,7 @@ def _rebound_before_every_pass(model: ScriptModel, loader: LoaderInfo) -> bool:
 @register
 class MissingDistributedSampler(Rule):
     code = "DDP104"
+    triggers = (USES_DISTRIBUTED,)
     name = "missing-distributed-sampler"
     short = "training DataLoader has no DistributedSampler: every rank sees all the data"
     severity = Severity.WARNING
@@ -128,7 +130,7 @@ class MissingDistributedSampler(Rule):
                 continue
             kinds = {_kind(model, call_argument(model, site, "sampler", 3)),
                      _kind(model, call_argument(model, site, "batch_sampler", 4))}
-            if UNKNOWN in kinds or DISTRIBUTED in kinds:
+            if KIND_UNKNOWN in kinds or KIND_DISTRIBUTED in kinds:
                 continue
             if _self_sharded(model, loader):
                 continue

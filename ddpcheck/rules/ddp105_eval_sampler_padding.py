@@ -13,6 +13,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import LoaderInfo, loaders
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 # Loop variables that carry a sample's identity: predictions keyed by them can be de-duplicated.
@@ -51,6 +52,7 @@ def _aware(model: ScriptModel, loader: LoaderInfo) -> bool:
 @register
 class EvalSamplerPadding(Rule):
     code = "DDP105"
+    triggers = (USES_DISTRIBUTED,)
     name = "eval-sampler-padding"
     short = "eval DistributedSampler pads with repeated samples: metrics count them twice"
     severity = Severity.INFO

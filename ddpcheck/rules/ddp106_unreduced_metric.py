@@ -17,6 +17,7 @@ from ddpcheck.model.worlds import D0, DN
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 _LIST_METHODS = {"append", "extend"}
@@ -109,6 +110,7 @@ def first_report(m: ScriptModel, ll: LoaderLoop, tokens: set[str]) -> tuple[cst.
 @register
 class UnreducedMetric(Rule):
     code = "DDP106"
+    triggers = (USES_DISTRIBUTED,)
     name = "unreduced-metric"
     short = "metric from one rank's shard reported without an all_reduce"
     severity = Severity.WARNING

@@ -11,6 +11,7 @@ from ddpcheck.model.values import is_ddp_wrap
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import convert_first_edit
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -35,6 +36,7 @@ def _wrap_converted(model: ScriptModel, arg) -> Made | None:
 @register
 class SyncBNAfterDDP(Rule):
     code = "DDP201"
+    triggers = (USES_DISTRIBUTED,)
     name = "syncbn-after-ddp"
     short = "SyncBatchNorm conversion after the DDP wrap"
     severity = Severity.WARNING

@@ -11,6 +11,7 @@ from ddpcheck.model.wrappers import wraps_held
 from ddpcheck.model.saves import hands_to_state_dict_taker
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -30,6 +31,7 @@ def _saves_wrapper_state(model: ScriptModel, wrap, key: str, scope) -> bool:
 @register
 class WrapBeforeLoad(Rule):
     code = "DDP202"
+    triggers = (USES_DISTRIBUTED,)
     name = "wrap-before-load"
     short = "weights loaded into the DDP/DataParallel wrapper instead of the model"
     severity = Severity.ERROR

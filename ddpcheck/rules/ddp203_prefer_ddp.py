@@ -8,12 +8,14 @@ from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.values import wraps
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import SCRIPTS_ONLY
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 
 @register
 class PreferDDP(Rule):
     code = "DDP203"
+    triggers = (USES_DISTRIBUTED,)
     name = "prefer-ddp"
     short = "nn.DataParallel: prefer DistributedDataParallel (one process per GPU)"
     severity = Severity.INFO

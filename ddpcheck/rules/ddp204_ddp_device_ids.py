@@ -14,6 +14,7 @@ from ddpcheck.model.script import ScriptModel, owner_class
 from ddpcheck.model.values import wraps
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -26,6 +27,7 @@ def _cpu_only(model: ScriptModel) -> bool:
 @register
 class DDPDeviceIds(Rule):
     code = "DDP204"
+    triggers = (USES_DISTRIBUTED,)
     name = "ddp-device-ids"
     short = "DDP without `device_ids` and no `set_device`: every rank uses GPU 0"
     severity = Severity.WARNING

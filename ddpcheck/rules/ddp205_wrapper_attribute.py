@@ -16,6 +16,7 @@ from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import WrapInfo, wraps
 from ddpcheck.model.wrappers import tells_wrapper_apart, wrapper_in
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -59,6 +60,7 @@ def user_attributes(model: ScriptModel, fn: FunctionInfo, param: str) -> tuple[t
 @register
 class WrapperAttribute(Rule):
     code = "DDP205"
+    triggers = (USES_DISTRIBUTED,)
     name = "wrapper-attribute"
     severity = Severity.ERROR
     kinds = NOT_TESTS

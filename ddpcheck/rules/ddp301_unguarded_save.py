@@ -15,6 +15,7 @@ from ddpcheck.model.reach import other_ranks_reach, unguarded_caller
 from ddpcheck.model.worlds import DN
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import LIBRARY_TRAINER, USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -85,6 +86,7 @@ def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0,
 @register
 class UnguardedSave(Rule):
     code = "DDP301"
+    triggers = (USES_DISTRIBUTED, LIBRARY_TRAINER)
     name = "unguarded-save"
     short = "checkpoint/log written by every rank: guard it with a rank-0 check"
     severity = Severity.WARNING

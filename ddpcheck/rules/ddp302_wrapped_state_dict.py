@@ -16,6 +16,7 @@ from ddpcheck.model.wrappers import strips_prefix, tells_wrapper_apart, wrapper_
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import unwrap_edit
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -37,6 +38,7 @@ def _saved(model: ScriptModel, sink: CallSite) -> list[CallSite]:
 @register
 class WrappedStateDict(Rule):
     code = "DDP302"
+    triggers = (USES_DISTRIBUTED,)
     name = "wrapped-state-dict"
     short = "wrapper's state_dict saved: keys get a `module.` prefix"
     severity = Severity.WARNING

@@ -17,6 +17,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.model.launchers import runs_in_launcher_only
 from ddpcheck.rules.autofix import map_location_edit
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 TORCH_LOAD = ("torch.load", "torch.serialization.load")
@@ -98,6 +99,7 @@ def _mapped_in_other_arm(model: ScriptModel, site, mapped) -> bool:
 @register
 class LoadWithoutMapLocation(Rule):
     code = "DDP303"
+    triggers = (USES_DISTRIBUTED,)
     name = "load-without-map-location"
     short = "torch.load without map_location on every rank: all load onto GPU 0"
     severity = Severity.WARNING

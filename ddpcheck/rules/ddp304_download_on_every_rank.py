@@ -10,6 +10,7 @@ from ddpcheck.model.downloads import download_call, same_download
 from ddpcheck.model.rankfirst import every_rank_at_once, helper_work_at_once
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import LIBRARY_TRAINER, USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 _WHY = {
@@ -24,6 +25,7 @@ _WHY = {
 @register
 class DownloadOnEveryRank(Rule):
     code = "DDP304"
+    triggers = (USES_DISTRIBUTED, LIBRARY_TRAINER)
     name = "download-on-every-rank"
     severity = Severity.WARNING
     kinds = NOT_TESTS

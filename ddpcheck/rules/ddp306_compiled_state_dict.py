@@ -14,6 +14,7 @@ from ddpcheck.model.positions import where
 from ddpcheck.model.saves import STRIPS_COMPILE_PREFIX, is_save_sink, saved_state_dicts
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 # The script deals with the prefix itself (strips it on load, unwraps before saving).
@@ -28,6 +29,7 @@ def _told_apart(model: ScriptModel, node: cst.IfExp) -> bool:
 @register
 class CompiledStateDict(Rule):
     code = "DDP306"
+    triggers = (USES_DISTRIBUTED,)
     name = "compiled-state-dict"
     severity = Severity.WARNING
     kinds = NOT_TESTS

@@ -11,6 +11,7 @@ from ddpcheck.model.rankfirst import every_rank_at_once, helper_work_at_once
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.rules.autofix import exist_ok_edit
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import LIBRARY_TRAINER, USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 _CHECKED = ("the existence check and the creation are not atomic, so several ranks see the folder missing and "
@@ -21,6 +22,7 @@ _BARE = "one rank creates the folder and every other rank raises FileExistsError
 @register
 class MakedirsRace(Rule):
     code = "DDP307"
+    triggers = (USES_DISTRIBUTED, LIBRARY_TRAINER)
     name = "makedirs-race"
     severity = Severity.WARNING
     kinds = NOT_TESTS

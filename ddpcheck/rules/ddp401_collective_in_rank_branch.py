@@ -9,6 +9,7 @@ from ddpcheck.model.guards import rank_branch_text
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.worlds import describe
 from ddpcheck.findings import Severity
+from ddpcheck.triggers import COLLECTIVE_UNDER_RANK, USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 
@@ -20,6 +21,7 @@ def _guard(model: ScriptModel, event: Event) -> str:
 @register
 class CollectiveInRankBranch(Rule):
     code = "DDP401"
+    triggers = (USES_DISTRIBUTED, COLLECTIVE_UNDER_RANK)
     name = "collective-in-rank-branch"
     short = "collective reached by only some ranks: the job hangs"
     severity = Severity.ERROR

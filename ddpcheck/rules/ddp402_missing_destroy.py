@@ -10,12 +10,14 @@ from ddpcheck.model.reach import script_reaches
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import destroy_edit
 from ddpcheck.model.filekind import SCRIPTS_ONLY
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 
 @register
 class MissingDestroy(Rule):
     code = "DDP402"
+    triggers = (USES_DISTRIBUTED,)
     name = "missing-destroy"
     short = "process group never destroyed"
     severity = Severity.INFO

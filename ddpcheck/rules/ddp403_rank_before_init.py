@@ -13,6 +13,7 @@ from ddpcheck.model.positions import where
 from ddpcheck.model.values import exclusive
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import SCRIPTS_ONLY
+from ddpcheck.triggers import COLLECTIVE_UNDER_RANK, USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -89,6 +90,7 @@ def starts_group(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
 @register
 class RankBeforeInit(Rule):
     code = "DDP403"
+    triggers = (USES_DISTRIBUTED, COLLECTIVE_UNDER_RANK)
     name = "rank-before-init"
     short = "rank/world size or a collective used before init_process_group"
     severity = Severity.ERROR

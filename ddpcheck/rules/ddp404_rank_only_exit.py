@@ -9,6 +9,7 @@ from ddpcheck.model.guards import rank_branch_text
 from ddpcheck.model.loopexits import rank_only_exits
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.worlds import describe
+from ddpcheck.triggers import COLLECTIVE_UNDER_RANK, USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 _LEAVES = {
@@ -21,6 +22,7 @@ _LEAVES = {
 @register
 class RankOnlyExit(Rule):
     code = "DDP404"
+    triggers = (USES_DISTRIBUTED, COLLECTIVE_UNDER_RANK)
     name = "rank-only-exit"
     severity = Severity.ERROR
     needs_ranks = True

@@ -10,6 +10,7 @@ from ddpcheck.model.guards import rank_branch_text
 from ddpcheck.model.script import CallSite, ScriptModel
 from ddpcheck.model.sharding import Need, Sharded, call_need, decided_by_callers
 from ddpcheck.model.worlds import describe, only_some_ranks
+from ddpcheck.triggers import COLLECTIVE_UNDER_RANK, USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 _WHY = {
@@ -30,6 +31,7 @@ _DEFAULT_FIX = ("call it on every rank and guard only the write: `sd = model.sta
 @register
 class CollectiveStateDictInRankBranch(Rule):
     code = "DDP405"
+    triggers = (USES_DISTRIBUTED, COLLECTIVE_UNDER_RANK)
     name = "collective-state-dict-in-rank-branch"
     severity = Severity.ERROR
     needs_ranks = True

@@ -13,6 +13,7 @@ from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import local_rank_edit
 from ddpcheck.model.filekind import SCRIPTS_ONLY
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees
 
@@ -59,6 +60,7 @@ def _known_args_only(model: ScriptModel) -> bool:
 @register
 class LocalRankArg(Rule):
     code = "DDP501"
+    triggers = (USES_DISTRIBUTED,)
     name = "local-rank-arg"
     short = "only `--local_rank` accepted: torch>=2.0 passes `--local-rank`"
     severity = Severity.ERROR

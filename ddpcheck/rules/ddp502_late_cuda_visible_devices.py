@@ -11,6 +11,7 @@ from ddpcheck.model.positions import where
 from ddpcheck.model.values import exclusive
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 
@@ -84,6 +85,7 @@ def launches_processes_after(model: ScriptModel, ctx: Ctx, depth: int = 0) -> Ca
 @register
 class LateCudaVisibleDevices(Rule):
     code = "DDP502"
+    triggers = (USES_DISTRIBUTED,)
     name = "late-cuda-visible-devices"
     short = "CUDA_VISIBLE_DEVICES set after CUDA initialised: it has no effect"
     severity = Severity.WARNING

@@ -9,12 +9,14 @@ from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.positions import where
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 
 @register
 class MissingSetDevice(Rule):
     code = "DDP503"
+    triggers = (USES_DISTRIBUTED,)
     name = "missing-set-device"
     short = "NCCL without `torch.cuda.set_device`: every rank uses GPU 0"
     severity = Severity.WARNING

@@ -12,6 +12,7 @@ from ddpcheck.model.batches import derived_from_global, reads_world
 from ddpcheck.model.evaluation import is_eval_loader
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.flow import Mapping, Seq, literal_entry, value_of
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.reads import reads
 from ddpcheck.model.values import held_loaders, loaders
@@ -19,6 +20,7 @@ from ddpcheck.model.vocabulary import LR_NAME, LR_SCALING_CALL, WORLD_SIZE
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import SCRIPTS_ONLY
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees
 
@@ -92,6 +94,9 @@ def _plain(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | N
 
 
 def _optimizers(model: ScriptModel) -> Iterator[tuple[CallSite, cst.BaseExpression]]:
+    """Each optimizer of torch.optim and the learning rates it is given:
+    `lr=`, or the `"lr"` of each parameter-group dict (`SGD([{"params": ...,
+    "lr": args.lr}, ...])`, the list built anywhere the value engine follows)."""
     for c in model.calls:
         q = c.qual or ""
         if not re.fullmatch(r"torch\.optim\.[A-Z]\w*", q) or c.has_star_args:
@@ -99,11 +104,21 @@ def _optimizers(model: ScriptModel) -> Iterator[tuple[CallSite, cst.BaseExpressi
         lr = c.arg("lr", 1)
         if lr is not None:
             yield c, lr
+            continue
+        groups = value_of(model, c.arg("params", 0)) if c.arg("params", 0) is not None else None
+        for seq in sorted((a for a in (groups.atoms if groups else ()) if isinstance(a, Seq) and a.items),
+                          key=lambda a: a.model.path):
+            for item in seq.items:
+                for group in item.atoms:
+                    expr = literal_entry(group, "lr") if isinstance(group, Mapping) and group.model is model else None
+                    if expr is not None:
+                        yield c, expr
 
 
 @register
 class LrNotScaled(Rule):
     code = "DDP504"
+    triggers = (USES_DISTRIBUTED,)
     name = "lr-not-scaled"
     short = "batch grows with the GPU count but the learning rate is not scaled"
     severity = Severity.INFO

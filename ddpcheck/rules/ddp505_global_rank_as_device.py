@@ -11,12 +11,14 @@ from ddpcheck.model.ranks import RankKind, rank_origin
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.worlds import DISTRIBUTED
 from ddpcheck.model.filekind import NOT_TESTS
+from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 
 
 @register
 class GlobalRankAsDevice(Rule):
     code = "DDP505"
+    triggers = (USES_DISTRIBUTED,)
     name = "global-rank-as-device"
     severity = Severity.WARNING
     kinds = NOT_TESTS
