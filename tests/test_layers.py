@@ -59,8 +59,10 @@ def test_leaf_modules_import_no_layer(leaf):
     assert used <= LEAVES, f"{leaf} imports {sorted(used - LEAVES)}"
 
 
-def test_no_module_level_import_circles():
-    graph = {name: {i for i in imports(path, top_level_only=True) if i in MODULES and i != name}
+def test_no_import_circles_even_through_imports_inside_functions():
+    # every import counts: at module level, inside a function (a deferred import
+    # cannot hide a circle) and under `if TYPE_CHECKING:`
+    graph = {name: {i for i in imports(path, top_level_only=False) if i in MODULES and i != name}
              for name, path in MODULES.items()}
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -83,3 +85,25 @@ def test_no_module_level_import_circles():
         if name not in state:
             cycle = visit(name)
             assert cycle is None, " -> ".join(cycle)
+
+
+def function_level_imports(path: Path) -> list[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = []
+    for fn in ast.walk(tree):
+        if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ddpcheck"):
+                    found.append(f"{fn.name}: {node.module}")
+                elif isinstance(node, ast.Import):
+                    found += [f"{fn.name}: {a.name}" for a in node.names if a.name.startswith("ddpcheck")]
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(n for n in MODULES if layer_of(n) in ("ddpcheck.model", "ddpcheck.rules")))
+def test_the_engine_and_the_rules_import_at_module_level(name):
+    """The model and the rules import what they use at the top: their layers
+    are read from their first lines. (The lint driver defers importing the
+    rules and libcst on purpose, so that files the prefilter skips never pay
+    for them.)"""
+    assert function_level_imports(MODULES[name]) == []

@@ -11,6 +11,7 @@ import pytest
 from ddpcheck.model.project import Project
 from ddpcheck.model.worlds import DN
 from ddpcheck.settings import LintSettings
+from ddpcheck.model.guards import worlds
 
 CODE = "import torch\nif on_chief(cfg):\n    torch.save(state, 'ckpt.pt')\n"
 
@@ -18,7 +19,7 @@ CODE = "import torch\nif on_chief(cfg):\n    torch.save(state, 'ckpt.pt')\n"
 def _save_reached_by_other_ranks(settings: LintSettings) -> bool:
     model = Project(settings).build("t.py", cst.parse_module(CODE))
     save = next(c for c in model.calls if c.func == "torch.save")
-    return DN in model.worlds(save.ctx)
+    return DN in worlds(model, save.ctx)
 
 
 def test_configured_guard_names_are_read_from_the_typed_settings():

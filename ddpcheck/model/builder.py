@@ -13,24 +13,20 @@ statements say exactly which child runs under which branch or loop.
 
 from __future__ import annotations
 
-import dataclasses
 import re
-from typing import TYPE_CHECKING
 
 import libcst as cst
 
 from ddpcheck.model.dataflow import Dataflow, Entry
 from ddpcheck.model.script import (
-    Assign, Binding, Branch, CallSite, ClassInfo, Ctx, Exit, FunctionInfo, Loop, Reference, ScriptModel, YieldInfo,
+    Assign, Binding, Branch, CallSite, ClassInfo, Ctx, Exit, FunctionInfo, Loop, ProjectView, Reference, ScriptModel,
+    YieldInfo,
 )
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
-from ddpcheck.model.reads import Division, chain_names, env_name, subscript_name
+from ddpcheck.model.reads import ENV_READ_CALLS, Division, _child_fields, chain_names, env_name, subscript_name
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ddpcheck.model.project import Project
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
-ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
 
 
 
@@ -109,26 +105,6 @@ def _exits(block: cst.BaseSuite) -> bool:
         isinstance(last, cst.Expr) and isinstance(last.value, cst.Call)
         and dotted_name(last.value.func) in _EXIT_CALLS
     )
-
-
-# Fields that never hold code that matters: formatting tokens, and the names
-# that are bindings rather than uses (a def's name, a parameter, a keyword
-# argument, an attribute after the dot, an `as` alias).
-_SKIP_FIELD = re.compile(
-    r"whitespace|^(lpar|rpar|lbracket|rbracket|lbrace|rbrace|comma|semicolon|colon|dot|equal|arrow|star"
-    r"|leading_lines|lines_after_decorators|header|footer|newline|operator|asynchronous|walrus"
-    r"|keyword|name|attr|asname|default_indicator|prefix|quote|indent|encoding|default_newline"
-    r"|default_indent|has_trailing_newline|first_line|last_line|semicolon)$"
-)
-_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _child_fields(node_type: type) -> tuple[str, ...]:
-    fields = _CHILD_FIELDS.get(node_type)
-    if fields is None:
-        fields = tuple(f.name for f in dataclasses.fields(node_type) if not _SKIP_FIELD.search(f.name))
-        _CHILD_FIELDS[node_type] = fields
-    return fields
 
 
 class ScriptBuilder:
@@ -886,7 +862,7 @@ def _nodes_in(node: cst.CSTNode, fields: tuple[str, ...]):
                     yield item
 
 
-def build_model(path: str, module: cst.Module, project: "Project", text: str | None = None) -> ScriptModel:
+def build_model(path: str, module: cst.Module, project: ProjectView, text: str | None = None) -> ScriptModel:
     """The model of one file, part of `project` (the run it is analysed in:
     model/project.py), which answers its questions about other files."""
     model = ScriptModel(path, module, project, text)

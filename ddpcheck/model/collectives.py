@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.model.guards import function_worlds
+from ddpcheck.model.guards import function_worlds, worlds
 from ddpcheck.model.evaluation import no_grad
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
@@ -238,7 +238,7 @@ def expects_failure(model: ScriptModel, site: CallSite) -> bool:
 
 def site_worlds(model: ScriptModel, site: CallSite) -> frozenset[str]:
     fn = site.ctx.function
-    w = model.worlds(site.ctx)
+    w = worlds(model, site.ctx)
     return w & function_worlds(model, fn) if fn is not None else w
 
 

@@ -13,6 +13,7 @@ import libcst as cst
 from ddpcheck.model.flow import Member, called_qual, value_of
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, Ctx, ScriptModel, exclusive
+from ddpcheck.model.guards import worlds
 
 COMPILE_FUNCTIONS = ("torch.compile",)
 
@@ -36,9 +37,9 @@ def compiled_held(model: ScriptModel, expr: cst.BaseExpression, ctx: Ctx) -> Cal
         return None
     if any(isinstance(a, Member) and a.name == "_orig_mod" for a in value.atoms):
         return None
-    here = model.worlds(ctx)
+    here = worlds(model, ctx)
     for atom in calls:
-        if atom.model is not model or (model.worlds(atom.site.ctx) & here and not exclusive(atom.site.ctx, ctx)):
+        if atom.model is not model or (worlds(model, atom.site.ctx) & here and not exclusive(atom.site.ctx, ctx)):
             return atom.site
     return None
 

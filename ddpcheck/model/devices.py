@@ -19,9 +19,11 @@ import libcst as cst
 
 from ddpcheck.model.arguments import options
 from ddpcheck.model.distributed import init_calls, is_init_call
-from ddpcheck.model.guards import is_rank_expr
+from ddpcheck.model.guards import is_rank_expr, worlds
 from ddpcheck.model.flow import Const, value_at
+from ddpcheck.model.env import env_writes
 from ddpcheck.model.memo import query
+from ddpcheck.model.worlds import DISTRIBUTED
 from ddpcheck.model.values import is_ddp_wrap, is_dp_wrap
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 from ddpcheck.model.names import dotted_name, string_value
@@ -316,15 +318,13 @@ def all_ranks_on_one_gpu(model: ScriptModel) -> tuple[CallSite, CallSite] | None
     starts an NCCL group, never selects a GPU per process (no set_device, no
     `device_id=`, no per-rank device anywhere, no CUDA_VISIBLE_DEVICES of its
     own) and still puts tensors or the model on a bare "cuda" / `.cuda()`."""
-    from ddpcheck.model.env import env_writes
-    from ddpcheck.model.worlds import DISTRIBUTED
 
     result = None
     nccl = nccl_init_calls(model)
     if nccl and script_sets_device(model) is False and not env_writes(model, "CUDA_VISIBLE_DEVICES"):
         placed = placements(model)
         if not any(PER_RANK in kinds for _, kinds in placed):
-            fixed = [c for c, kinds in placed if FIXED in kinds and model.worlds(c.ctx) & DISTRIBUTED]
+            fixed = [c for c, kinds in placed if FIXED in kinds and worlds(model, c.ctx) & DISTRIBUTED]
             if fixed:
                 result = (nccl[0], fixed[0])
     return result

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.flow import arguments_for, assignments_anywhere, is_param, namespace_key, resolve_call
+from ddpcheck.model.flow import argument_expr, arguments_for, assignments_anywhere, is_param, namespace_key, resolve_call
 from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.memo import query
@@ -31,6 +31,16 @@ from ddpcheck.model.vocabulary import (  # noqa: E402  (the names guards recogni
 # Values a rank variable takes in each world: rank 0, the other ranks, and a
 # single process (where scripts use 0 or the sentinel -1).
 _REPRESENTATIVES = {D0: (0,), DN: (1, 2, 3, 7), S: (-1, 0)}
+
+
+def worlds(model, ctx) -> frozenset[str]:
+    """The worlds (rank 0, other ranks, single process) that reach `ctx`,
+    from the branches inside its own function."""
+    result = ALL
+    for b in ctx.branches:
+        cond = condition_of(model, b.test, b.function)
+        result &= cond.true_branch if b.positive else cond.false_branch
+    return result
 
 
 @query(on_cycle=UNKNOWN)   # recursive definitions (`a = b; b = a`) read as unknown
@@ -92,7 +102,7 @@ def _wandb_run_condition(model) -> Condition:
     inits = [c for c in model.calls if c.qual == "wandb.init"]
     if not inits:
         return UNKNOWN
-    where = frozenset().union(*(model.worlds(c.ctx) for c in inits))
+    where = frozenset().union(*(worlds(model, c.ctx) for c in inits))
     return Condition(NONE, where) if DN not in where else UNKNOWN
 
 
@@ -119,7 +129,7 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
         conds = []
         for a in assigns:
             value = condition_of(model, a.value, a.ctx.function)
-            where = model.worlds(a.ctx)
+            where = worlds(model, a.ctx)
             conds.append(Condition(value.must & where, value.may & where))
         if any(c != UNKNOWN for c in conds):
             must = NONE
@@ -147,7 +157,7 @@ def _param_condition(model, fn, name: str) -> Condition | None:
         return None
     must, may = ALL, NONE
     for a, c in zip(args, conds):
-        where = model.worlds(a.call.ctx)
+        where = worlds(model, a.call.ctx)
         must &= c.must | (ALL - where)
         may |= c.may & where
     return Condition(must, may)
@@ -178,7 +188,7 @@ def _call_condition(model, call: cst.Call, scope) -> Condition:
             must, may = ALL, NONE
             for value, ctx in fn.returns:
                 c = condition_of(tmodel, value, fn)
-                where = tmodel.worlds(ctx)
+                where = worlds(tmodel, ctx)
                 must &= c.must | (ALL - where)
                 may |= c.may & where
             return Condition(must, may)
@@ -336,8 +346,6 @@ def worlds_from_call(model, ctx, fn, caller_model, call) -> frozenset[str]:
     `call` (in `caller_model`): a branch testing one of `fn`'s parameters
     (`def save(state, path, enabled): if enabled: ...`) is judged by what the
     call passes for it, across modules too."""
-    from ddpcheck.model.flow import argument_expr
-
     result = ALL
     for b in ctx.branches:
         cond = None
@@ -383,4 +391,4 @@ def rank_branch_text(model, ctx) -> str:
     return "behind a rank test"
 
 
-__all__ = ["condition_of", "is_rank_expr", "function_worlds", "rank_branch_text", "worlds_from_call", "SINGLE", "ALL"]
+__all__ = ["worlds", "condition_of", "is_rank_expr", "function_worlds", "rank_branch_text", "worlds_from_call", "SINGLE", "ALL"]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ddpcheck.model.collectives import Event, function_events
-from ddpcheck.model.guards import function_worlds
+from ddpcheck.model.guards import function_worlds, worlds
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import Exit, Loop, ScriptModel
 from ddpcheck.model.worlds import ALL, DISTRIBUTED, only_some_ranks
@@ -31,7 +31,7 @@ class RankOnlyExit:
 
 def _worlds(model: ScriptModel, ctx) -> frozenset[str]:
     fn = ctx.function
-    return model.worlds(ctx) & (function_worlds(model, fn) if fn is not None else ALL)
+    return worlds(model, ctx) & (function_worlds(model, fn) if fn is not None else ALL)
 
 
 def _left_loops(e: Exit) -> tuple[Loop, ...]:

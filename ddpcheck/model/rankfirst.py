@@ -33,7 +33,7 @@ from typing import Callable
 import libcst as cst
 
 from ddpcheck.model.collectives import function_events
-from ddpcheck.model.guards import function_worlds
+from ddpcheck.model.guards import function_worlds, worlds
 from ddpcheck.model.launchers import is_worker_spawn, runs_in_launcher_only, spawns_workers
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
@@ -122,7 +122,7 @@ def ordered_here(model: ScriptModel, site: CallSite, same_work: SameWork) -> boo
             continue
         if not (_same_callee(model, c, site) or (c.qual is not None and c.qual == site.qual and same_work(model, c))):
             continue
-        if _only_rank_zero(model.worlds(c.ctx)) or ordered_here(model, c, same_work):
+        if _only_rank_zero(worlds(model, c.ctx)) or ordered_here(model, c, same_work):
             return True
     return False
 
@@ -155,7 +155,7 @@ def reached_at_once(model: ScriptModel, fn: FunctionInfo | None, same_work: Same
         return False
     callers = _calls_by_callee(model)
     for ref in model.refs_to(fn):
-        if ref.ctx.function is fn or DN not in model.worlds(ref.ctx):
+        if ref.ctx.function is fn or DN not in worlds(model, ref.ctx):
             continue
         spawn = _calls_by_argument(model).get(id(ref.node))
         if spawn is not None and is_worker_spawn(spawn):
@@ -186,7 +186,7 @@ def unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork, dept
     if DN not in function_worlds(model, fn) or spawns_workers(model, fn):
         return None
     for c in model.calls_in(fn):
-        if DN not in model.worlds(c.ctx) or c.ctx.opaque or ordered_here(model, c, is_work):
+        if DN not in worlds(model, c.ctx) or c.ctx.opaque or ordered_here(model, c, is_work):
             continue
         if is_work(model, c):
             return c

@@ -5,14 +5,14 @@ point we cannot judge, so it counts as unreached)."""
 
 from __future__ import annotations
 
-from ddpcheck.model.guards import function_worlds
+from ddpcheck.model.guards import function_worlds, worlds
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.worlds import DN
 
 
 def other_ranks_reach(model: ScriptModel, ctx: Ctx) -> bool:
-    if DN not in model.worlds(ctx):
+    if DN not in worlds(model, ctx):
         return False
     return _function_reached(model, ctx.function)
 
@@ -25,7 +25,7 @@ def unguarded_caller(model: ScriptModel, fn: FunctionInfo | None):
     for ref in model.refs_to(fn):
         if ref.ctx.function is fn:
             continue   # recursion, or a local variable of the same name
-        if DN in model.worlds(ref.ctx) and _function_reached(model, ref.ctx.function):
+        if DN in worlds(model, ref.ctx) and _function_reached(model, ref.ctx.function):
             return ref
     return None
 
@@ -36,7 +36,7 @@ def _function_reached(model: ScriptModel, fn: FunctionInfo | None) -> bool:
         return True
     if DN not in function_worlds(model, fn):
         return False
-    return any(DN in model.worlds(ref.ctx) and _function_reached(model, ref.ctx.function)
+    return any(DN in worlds(model, ref.ctx) and _function_reached(model, ref.ctx.function)
                for ref in model.refs_to(fn))
 
 

@@ -17,6 +17,8 @@ and the divisor read), which is how "divided by the world size" is answered.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -25,6 +27,29 @@ import libcst as cst
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 
 EMPTY: frozenset[str] = frozenset()
+ENV_READ_CALLS = {"os.environ.get", "os.getenv", "os.environ.setdefault", "os.environ.pop"}
+
+# Fields of a libcst node that never hold code that matters (the builder's walk
+# and `reads` skip them): formatting tokens, and the names
+# that are bindings rather than uses (a def's name, a parameter, a keyword
+# argument, an attribute after the dot, an `as` alias).
+_SKIP_FIELD = re.compile(
+    r"whitespace|^(lpar|rpar|lbracket|rbracket|lbrace|rbrace|comma|semicolon|colon|dot|equal|arrow|star"
+    r"|leading_lines|lines_after_decorators|header|footer|newline|operator|asynchronous|walrus"
+    r"|keyword|name|attr|asname|default_indicator|prefix|quote|indent|encoding|default_newline"
+    r"|default_indent|has_trailing_newline|first_line|last_line|semicolon)$"
+)
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _child_fields(node_type: type) -> tuple[str, ...]:
+    fields = _CHILD_FIELDS.get(node_type)
+    if fields is None:
+        fields = tuple(f.name for f in dataclasses.fields(node_type) if not _SKIP_FIELD.search(f.name))
+        _CHILD_FIELDS[node_type] = fields
+    return fields
+
+
 
 
 @dataclass(frozen=True)
@@ -72,8 +97,6 @@ def reads(model, expr: cst.CSTNode | None) -> frozenset[str]:
 
 
 def _compute(model, expr: cst.CSTNode) -> frozenset[str]:
-    from ddpcheck.model.builder import ENV_READ_CALLS, _child_fields
-
     names: set[str] = set()
     stack = [expr]
     while stack:

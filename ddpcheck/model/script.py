@@ -10,18 +10,32 @@ memoised, so no rule re-walks the tree its own way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import Iterable, Iterator, Protocol
 
 import libcst as cst
 
 from ddpcheck.model.names import ImportTable, dotted_name
-from ddpcheck.model.memo import query
+from ddpcheck.model.memo import Memo, query
 from ddpcheck.model.scan import ModuleScan, Need, names_match, scan_text
-from ddpcheck.model.worlds import ALL
+from ddpcheck.settings import LintSettings
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ddpcheck.model.reads import Division
-    from ddpcheck.model.project import Project
+
+
+class ProjectView(Protocol):
+    """What a model asks of the run it belongs to (model/project.py's
+    Project): its settings, the memo of its questions, and the other
+    modules of the tree."""
+
+    settings: LintSettings
+    memo: Memo
+
+    def find_module(self, from_path: str, module: str, level: int): ...
+
+    def model_for(self, path) -> "ScriptModel | None": ...
+
+    def scan_of(self, path) -> ModuleScan | None: ...
+
+    def reaches(self, path: str, scan: ModuleScan, need: Need) -> bool: ...
 
 
 @dataclass(eq=False)
@@ -247,7 +261,7 @@ _EMPTY: list = []
 
 
 class ScriptModel:
-    def __init__(self, path: str, module: cst.Module, project: "Project", text: str | None = None) -> None:
+    def __init__(self, path: str, module: cst.Module, project: ProjectView, text: str | None = None) -> None:
         self.path = path
         self.module = module
         self._text = text   # the source as read; regenerated from `module` when not given
@@ -278,7 +292,7 @@ class ScriptModel:
         # (assignment values, calls and their arguments, branch tests, loop
         # iterables, returned values), and the divisions inside them: model/reads.py
         self.reads_of: dict[int, frozenset[str]] = {}
-        self.divisions_of: dict[int, tuple["Division", ...]] = {}
+        self.divisions_of: dict[int, tuple] = {}   # reads.Division per recorded expression
         self.answers: dict = {}   # answers of @query functions asked of this model (model/memo.py)
 
     # -- names -------------------------------------------------------------
@@ -413,18 +427,6 @@ class ScriptModel:
         for a in self.assigns:
             by_fn.setdefault(a.ctx.function, []).append(a)
         return by_fn
-
-    # -- worlds --------------------------------------------------------------
-    def worlds(self, ctx: Ctx) -> frozenset[str]:
-        """The worlds (rank 0, other ranks, single process) that reach `ctx`,
-        from the branches inside its own function."""
-        from ddpcheck.model.guards import condition_of
-
-        result = ALL
-        for b in ctx.branches:
-            cond = condition_of(self, b.test, b.function)
-            result &= cond.true_branch if b.positive else cond.false_branch
-        return result
 
     def function_called(self, name: str) -> FunctionInfo | None:
         """What a bare call `name(...)` runs when this file defines `name`: its

@@ -18,6 +18,7 @@ from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.script import Assign, CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 from ddpcheck.model.values import WrapInfo, wraps
 from ddpcheck.model.script import exclusive
+from ddpcheck.model.guards import worlds
 
 # Names whose reading in a test tells the wrapper apart from the model it wraps:
 # `model.module if hasattr(model, "module") else model`, `isinstance(model, DDP)`.
@@ -45,10 +46,10 @@ def wraps_held(model: ScriptModel, value: Value, ctx: Ctx) -> list[WrapInfo]:
         return []
     if any(isinstance(a, Member) and a.name == "module" and a.receiver in wrap_of for a in value.atoms):
         return []
-    here = model.worlds(ctx)
+    here = worlds(model, ctx)
     found = []
     for atom, w in wrap_of.items():
-        if atom.model is model and (not model.worlds(w.site.ctx) & here or exclusive(w.site.ctx, ctx)
+        if atom.model is model and (not worlds(model, w.site.ctx) & here or exclusive(w.site.ctx, ctx)
                                     or runs_before_wrap(model, w, ctx)):
             continue
         found.append(w)

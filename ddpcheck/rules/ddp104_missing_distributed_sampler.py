@@ -19,6 +19,7 @@ from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.guards import worlds
 
 LOCAL_SAMPLERS = ("RandomSampler", "SequentialSampler", "SubsetRandomSampler", "WeightedRandomSampler")
 # Data sets that shard themselves by rank (webdataset, HF `split_dataset_by_node`, `rank=`/`world_size=`
@@ -113,7 +114,7 @@ class MissingDistributedSampler(Rule):
             site = loader.site
             if loader.samplers or loader.key is None:
                 continue
-            if not (model.worlds(site.ctx) & {D0, DN}):
+            if not (worlds(model, site.ctx) & {D0, DN}):
                 continue   # the `else` of `if args.distributed:`: a single process reads everything, rightly
             if all(exclusive(w.site.ctx, site.ctx) for w in ddp):
                 continue   # `if opts.dist_mode == "ddp": ... else: <here>`: the loader of the DataParallel/1-GPU arm

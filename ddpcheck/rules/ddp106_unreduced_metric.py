@@ -19,6 +19,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.guards import worlds
 
 _LIST_METHODS = {"append", "extend"}
 
@@ -87,7 +88,7 @@ def first_report(m: ScriptModel, ll: LoaderLoop, tokens: set[str]) -> tuple[cst.
     for c in m.calls_in(fn):
         if c.ctx.order <= after or c.ctx.inside(ll.loop) or not is_report(c):
             continue
-        if not (m.worlds(c.ctx) & {D0, DN}):
+        if not (worlds(m, c.ctx) & {D0, DN}):
             continue
         names = frozenset().union(*(reads(m, a.value) for a in c.node.args))
         hit = next((t for t in sorted(tokens) if reads_name(names, t)), None)
@@ -95,7 +96,7 @@ def first_report(m: ScriptModel, ll: LoaderLoop, tokens: set[str]) -> tuple[cst.
             candidates.append((c.ctx.order, c.node, f"`{c.func or c.attr}(...)`", hit))
     if fn is not None:
         for value, ctx in fn.returns:
-            if ctx.order <= after or ctx.inside(ll.loop) or not (m.worlds(ctx) & {D0, DN}):
+            if ctx.order <= after or ctx.inside(ll.loop) or not (worlds(m, ctx) & {D0, DN}):
                 continue
             names = reads(m, value)
             hit = next((t for t in sorted(tokens) if reads_name(names, t)), None)

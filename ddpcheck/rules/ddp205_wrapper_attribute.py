@@ -19,6 +19,7 @@ from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
+from ddpcheck.model.guards import worlds
 
 
 def _loop_variable(key: str, ctx: Ctx) -> bool:
@@ -94,7 +95,7 @@ class WrapperAttribute(Rule):
                 if found is None:
                     continue
                 w, via = found
-                if not _is_torch_wrapper(w) or not model.worlds(w.site.ctx) & model.worlds(r.ctx) and via is None:
+                if not _is_torch_wrapper(w) or not worlds(model, w.site.ctx) & worlds(model, r.ctx) and via is None:
                     continue
                 kind = "DistributedDataParallel" if w.kind == "DistributedDataParallel" else "DataParallel"
                 if via is not None:

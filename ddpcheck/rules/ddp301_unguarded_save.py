@@ -6,7 +6,7 @@ import os
 from typing import Iterator
 
 from ddpcheck.model.distributed import runs_distributed
-from ddpcheck.model.guards import function_worlds, worlds_from_call
+from ddpcheck.model.guards import function_worlds, worlds, worlds_from_call
 from ddpcheck.model.launchers import runs_in_launcher_only
 from ddpcheck.model.paths import per_rank_path
 from ddpcheck.model.sharding import is_distributed_checkpoint_save
@@ -70,8 +70,8 @@ def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0,
     if DN not in function_worlds(model, fn):
         return None
     for c in model.calls_in(fn):
-        worlds = worlds_from_call(model, c.ctx, fn, *caller) if caller is not None else model.worlds(c.ctx)
-        if DN not in worlds:
+        reached = worlds_from_call(model, c.ctx, fn, *caller) if caller is not None else worlds(model, c.ctx)
+        if DN not in reached:
             continue
         kind = checkpoint_write(c)
         if kind and not per_rank_target(model, c, kind):

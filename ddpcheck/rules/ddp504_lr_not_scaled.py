@@ -23,6 +23,7 @@ from ddpcheck.model.filekind import SCRIPTS_ONLY
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees
+from ddpcheck.model.guards import worlds
 
 DOCUMENTED = re.compile(r"gpu|world|device|node|total|global|effective|replica|process", re.I)
 _PLAIN_CALLS = {"float", "int", "get", "getattr"}
@@ -148,7 +149,7 @@ class LrNotScaled(Rule):
         if lr_scaled(model):
             return
         for opt, lr in optimizers:
-            if not (model.worlds(opt.ctx) & {D0, DN}):
+            if not (worlds(model, opt.ctx) & {D0, DN}):
                 continue
             if not _plain(model, lr, opt.ctx.function):
                 return

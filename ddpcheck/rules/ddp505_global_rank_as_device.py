@@ -13,6 +13,7 @@ from ddpcheck.model.worlds import DISTRIBUTED
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
+from ddpcheck.model.guards import worlds
 
 
 @register
@@ -35,7 +36,7 @@ class GlobalRankAsDevice(Rule):
         groups: dict[tuple, list] = {}
         seen: set[int] = set()
         for choice in sorted(gpu_choices(model), key=lambda c: c.ctx.order):
-            if id(choice.node) in seen or not model.worlds(choice.ctx) & DISTRIBUTED:
+            if id(choice.node) in seen or not worlds(model, choice.ctx) & DISTRIBUTED:
                 continue
             origin = rank_origin(model, choice.index, choice.ctx.function)
             if origin.kind is not RankKind.GLOBAL:

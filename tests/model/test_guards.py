@@ -9,6 +9,7 @@ import pytest
 from ddpcheck.model.project import Project
 from ddpcheck.model.worlds import D0, DN, S
 from ddpcheck.settings import LintSettings
+from ddpcheck.model.guards import worlds
 
 PRE = "import os\nimport torch.distributed as dist\nfrom accelerate import Accelerator\n"
 
@@ -17,7 +18,7 @@ def body_worlds(test: str, setup: str = "", guards: tuple[str, ...] = ()) -> fro
     code = PRE + setup + f"if {test}:\n    marker()\n"
     model = Project(LintSettings(enabled=frozenset(), main_process_guards=guards)).build("t.py", cst.parse_module(code))
     site = next(c for c in model.calls if c.func == "marker")
-    return model.worlds(site.ctx)
+    return worlds(model, site.ctx)
 
 
 @pytest.mark.parametrize("test", [
@@ -77,14 +78,14 @@ def test_early_return_guards_the_rest_of_the_block():
     code = PRE + "def f():\n    if dist.get_rank() != 0:\n        return\n    marker()\n"
     model = Project(LintSettings(enabled=frozenset())).build("t.py", cst.parse_module(code))
     site = next(c for c in model.calls if c.func == "marker")
-    assert DN not in model.worlds(site.ctx)
+    assert DN not in worlds(model, site.ctx)
 
 
 def test_short_circuit_and_conditional_expression_arms():
     code = PRE + "is_main_process() and marker()\nx = marker() if dist.get_rank() == 0 else None\n"
     model = Project(LintSettings(enabled=frozenset())).build("t.py", cst.parse_module(code))
     for site in (c for c in model.calls if c.func == "marker"):
-        assert DN not in model.worlds(site.ctx)
+        assert DN not in worlds(model, site.ctx)
 
 
 # -- guards through the value flow -------------------------------------------------
@@ -92,7 +93,7 @@ def test_short_circuit_and_conditional_expression_arms():
 def _marker_worlds(code: str) -> frozenset[str]:
     model = Project(LintSettings(enabled=frozenset())).build("t.py", cst.parse_module(PRE + code))
     site = next(c for c in model.calls if c.func == "marker")
-    return model.worlds(site.ctx)
+    return worlds(model, site.ctx)
 
 
 def test_namespace_flag_set_in_another_function():
