@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.model.guards import function_worlds, worlds
+from ddpcheck.model.guards import function_worlds, worlds, worlds_from_call
 from ddpcheck.model.evaluation import no_grad
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
@@ -123,12 +123,21 @@ def _is_accelerator(model: ScriptModel, site: CallSite) -> bool:
                for a in value_of(model, site.receiver).made)
 
 
+# Where torch.distributed's collectives take their `group` positionally
+# (`dist.all_gather_object(out, obj, pp_group)`).
+_GROUP_POSITION = {
+    "barrier": 0, "monitored_barrier": 0,
+    "all_reduce": 2, "all_gather": 2, "all_gather_object": 2, "all_gather_into_tensor": 2, "broadcast": 2,
+    "broadcast_object_list": 2, "all_to_all": 2, "all_to_all_single": 4,
+    "reduce": 3, "gather": 3, "scatter": 3, "gather_object": 3, "scatter_object_list": 3,
+    "reduce_scatter": 3, "reduce_scatter_tensor": 3,
+}
+
+
 def is_subgroup_call(site: CallSite) -> bool:
-    """A collective over an explicit subgroup (`group=g`): only the group's
-    members call it, so a rank test around it is expected."""
-    group = site.arg("group")
-    if group is None and site.attr in ("barrier", "monitored_barrier"):
-        group = site.arg("group", 0)
+    """A collective over an explicit subgroup (`group=g`, or positional):
+    only the group's members call it, so a rank test around it is expected."""
+    group = site.arg("group", _GROUP_POSITION.get(site.attr or ""))
     if group is None:
         return False
     d = dotted_name(group) or ""
@@ -294,7 +303,10 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
                                         f"(`{inner.func}(...)` in `{tfn.qualname}`{where})"))
             break
         else:
-            unguarded = [e for e in function_events(tmodel, tfn) if e.worlds & DISTRIBUTED == DISTRIBUTED]
+            # a helper's collective under a test of one of its parameters runs only when this call
+            # passes a true value (`TempNamedDir(path, sync=False)`: no barrier)
+            unguarded = [e for e in function_events(tmodel, tfn) if e.worlds & DISTRIBUTED == DISTRIBUTED
+                         and worlds_from_call(tmodel, e.site.ctx, tfn, model, c) & DISTRIBUTED == DISTRIBUTED]
             if unguarded:
                 first = unguarded[0]
                 desc = first.what if first.via is None else f"{first.what}, which {first.via}"

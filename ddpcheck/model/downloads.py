@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpcheck.model.paths import per_rank_path
 from ddpcheck.model.script import CallSite, ScriptModel
 
 # Packages whose data set classes take `download=True`.
@@ -55,7 +56,10 @@ def download_call(model: ScriptModel, site: CallSite) -> str | None:
 
 
 def same_download(model: ScriptModel, site: CallSite) -> bool:
-    return download_call(model, site) is not None
+    """A download every rank makes into the same place (a root of its own
+    per rank, `Path(data_path) / str(rank)`, is not one)."""
+    return download_call(model, site) is not None and not per_rank_path(
+        model, site.arg("root", 0), site.ctx.function)
 
 
 __all__ = ["download_call", "same_download", "DATASET_PACKAGES", "FETCHERS"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.model.flow import argument_expr, arguments_for, assignments_anywhere, is_param, namespace_key, resolve_call
+from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.memo import query
@@ -140,9 +141,26 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
             return Condition(must, may)
     if last in MAIN_PREDICATES or last in _extra_guards(model):
         return Condition.exactly(MAIN)
-    if last in DIST_FLAGS:
+    if last in DIST_FLAGS or (key is not None and key in group_start_flags(model)):
         return Condition.exactly(DISTRIBUTED)
     return UNKNOWN
+
+
+@query(on_cycle=frozenset())
+def group_start_flags(model) -> frozenset[str]:
+    """The flags whose truth starts this script's process group: the tests of
+    the `if`s around its group starts (`if train_config.enable_fsdp: setup()`
+    with `setup()` calling init_process_group). Where such a flag is false no
+    group exists and one process runs, so `not cfg.enable_fsdp or rank == 0`
+    is a main-process guard."""
+    found = set()
+    for call in init_calls(model):
+        for b in call.ctx.branches:
+            if b.positive and isinstance(b.test, (cst.Name, cst.Attribute)):
+                key = dotted_name(b.test)
+                if key:
+                    found.add(key)
+    return frozenset(found)
 
 
 def _param_condition(model, fn, name: str) -> Condition | None:
@@ -211,7 +229,8 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool
         return environ_key(model.imports, expr) in RANK_ENV
     if isinstance(expr, (cst.Name, cst.Attribute)):
         last = _last(model, expr)
-        if last in RANK_NAMES or (last and last.endswith("_rank") and last != "node_rank"):
+        if last in RANK_NAMES or (last and last.endswith("_rank") and last != "node_rank"
+                                  and not _per_rank_quantity(last)):
             return True
         key = dotted_name(expr)
         if isinstance(expr, cst.Name) and is_spawn_index(model, expr.value, scope) and \
@@ -223,6 +242,16 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool
                 a.value is not None and is_rank_expr(model, a.value, a.ctx.function, depth + 1) for a in assigns
             )
     return False
+
+
+_QUANTITY_HEADS = {"num", "n", "max", "min", "total", "size", "count"}
+
+
+def _per_rank_quantity(name: str) -> bool:
+    """`num_tokens_per_microbatch_per_dp_rank`, `batch_per_rank`, `max_rank`:
+    an amount per rank (or a bound), not a rank."""
+    parts = name.lower().split("_")
+    return "per" in parts or parts[0] in _QUANTITY_HEADS
 
 
 def _is_none(expr: cst.BaseExpression) -> bool:

@@ -11,20 +11,35 @@ import re
 import libcst as cst
 
 from ddpcheck.model.names import dotted_name
+from ddpcheck.model.reads import reads
 from ddpcheck.model.script import FunctionInfo, ScriptModel
 
 PER_RANK = re.compile(r"rank|process_index|gpu_id|local_gpu")
 
 
 def per_rank_path(model: ScriptModel, target: cst.BaseExpression | None, scope: FunctionInfo | None) -> bool:
-    """The path expression (or what the name it reads was assigned) mentions the rank."""
+    """The path expression, or what the names it reads were assigned (two
+    steps back: `path = join(root, f"{prefix}.rank_{r}")` ... `f"{path}.pth"`),
+    mentions the rank."""
     if target is None:
         return False
     texts = [model.module.code_for_node(target)]
-    key = dotted_name(target)
-    if key is not None:
-        texts += [model.module.code_for_node(a.value)
-                  for a in model.assignments(key, scope) if a.value is not None]
+    frontier = [target]
+    seen: set[str] = set()
+    for _ in range(2):
+        nxt = []
+        for expr in frontier:
+            keys = set(reads(model, expr))
+            key = dotted_name(expr)
+            if key is not None:
+                keys.add(key)
+            for k in keys - seen:
+                seen.add(k)
+                for a in model.assignments(k, scope):
+                    if a.value is not None:
+                        texts.append(model.module.code_for_node(a.value))
+                        nxt.append(a.value)
+        frontier = nxt
     return any(PER_RANK.search(t) for t in texts)
 
 

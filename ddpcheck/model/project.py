@@ -262,6 +262,10 @@ class Project:
                 os.path.abspath(p) for p in self._target_paths(path, scan.sources)))
         return found
 
+    def local_imports(self, path: str, scan: ModuleScan) -> tuple[str, ...]:
+        """The local modules the module at `path` imports directly (absolute paths)."""
+        return self._targets_of(os.path.abspath(path), scan)
+
     # -- what an analysis read ---------------------------------------------------
     def depends_on(self, path: str, other: str) -> None:
         """The analysis of `path` read `other` (a launch script, a document):

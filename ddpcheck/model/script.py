@@ -379,13 +379,15 @@ class ScriptModel:
 
     @query
     def _class_name_nodes(self) -> set[int]:
-        """The name nodes of `class X:` statements (not uses of X)."""
+        """The name nodes of `class X:` statements, and of the base classes
+        they name (`class Child(X):` subclasses X, it does not construct it)."""
         found: set[int] = set()
         stack = list(self.module.body)
         while stack:
             node = stack.pop()
             if isinstance(node, cst.ClassDef):
                 found.add(id(node.name))
+                found.update(id(base.value) for base in node.bases)
             elif isinstance(node, (cst.If, cst.Try, cst.With, cst.Else, cst.ExceptHandler, cst.Finally,
                                    cst.IndentedBlock)):
                 stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))

@@ -226,5 +226,45 @@ def _filled_renamed(model: ScriptModel, key: str, scope) -> bool:
     return False
 
 
+def renames_prefix_on_load(model: ScriptModel) -> bool:
+    """A loading function of the module (one that calls `torch.load` or
+    `load_state_dict`) renames state-dict keys to drop `module.`: a
+    `k.replace("module.", "")` / `removeprefix` / `re.sub(r"^module\\.", ...)`,
+    torch's `consume_prefix_in_state_dict_if_present`, or a dict comprehension
+    whose key drops the prefix (`{k[7:]: v for k, v in sd.items()}`)."""
+    def loads(fn) -> bool:
+        return any(c.attr in ("load", "load_state_dict") for c in model.calls_in(fn))
+
+    for c in model.calls:
+        strips = c.attr in _STRIP_FUNCTIONS or (
+            c.attr in (*_STRIP_METHODS, "sub") and bool(c.node.args)
+            and _is_prefix(model, c.node.args[0].value, c.ctx.function))
+        if strips and loads(c.ctx.function):
+            return True
+    for a in model.assigns:
+        if isinstance(a.value, cst.DictComp) and renames_key(model, a.value.key, a.ctx.function) \
+                and loads(a.ctx.function):
+            return True
+    return False
+
+
+@query(on_cycle=False)
+def project_strips_prefix(model: ScriptModel) -> bool:
+    """The script, or a local module it imports, strips the `module.` prefix
+    from checkpoint keys where it loads them: the project reads its wrapped
+    checkpoints back through that renaming (DINO's `load_pretrained_weights`)."""
+    if renames_prefix_on_load(model):
+        return True
+    project = model.project
+    if project is None:
+        return False
+    for path in project.local_imports(model.path, model.scan()):
+        helper = project.model_for(path)
+        if helper is not None and renames_prefix_on_load(helper):
+            project.depends_on(model.path, path)
+            return True
+    return False
+
+
 __all__ = ["wrapper_held", "wraps_held", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
-           "tells_wrapper_apart"]
+           "tells_wrapper_apart", "renames_prefix_on_load", "project_strips_prefix"]

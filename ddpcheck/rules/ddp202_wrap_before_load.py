@@ -9,6 +9,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.flow import value_of
 from ddpcheck.model.wrappers import wraps_held
 from ddpcheck.model.saves import hands_to_state_dict_taker
+from ddpcheck.model.wrappers import strips_prefix
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
@@ -28,6 +29,18 @@ def _saves_wrapper_state(model: ScriptModel, wrap, key: str, scope) -> bool:
     ) or hands_to_state_dict_taker(model, key, wrap.order, scope)
 
 
+def _prefix_handled(model: ScriptModel, site) -> bool:
+    """The state dict loaded is renamed for the plain model on some path
+    (`if not args.distributed and ...startswith("module"): sd = {k[7:]: v ...}`):
+    the author knows which checkpoints carry the prefix and when."""
+    loaded = site.arg("state_dict", 0)
+    key = dotted_name(loaded) if loaded is not None else None
+    if key is None:
+        return False
+    return any(a.value is not None and strips_prefix(model, a.value, a.ctx.function)
+               for a in model.assignments(key, site.ctx.function))
+
+
 @register
 class WrapBeforeLoad(Rule):
     code = "DDP202"
@@ -44,7 +57,7 @@ class WrapBeforeLoad(Rule):
             if site.attr != "load_state_dict" or site.receiver is None:
                 continue
             key = dotted_name(site.receiver)
-            if key is None or key.endswith(".module"):
+            if key is None or key.endswith(".module") or _prefix_handled(model, site):
                 continue
             held = wraps_held(model, value_of(model, site.receiver), site.ctx)
             if not held:

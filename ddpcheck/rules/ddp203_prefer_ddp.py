@@ -4,12 +4,21 @@ from __future__ import annotations
 
 from typing import Iterator
 
+from ddpcheck.model.filekind import SCRIPTS_ONLY, has_main_guard
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.values import wraps
 from ddpcheck.findings import Severity
-from ddpcheck.model.filekind import SCRIPTS_ONLY
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
+
+
+def _never_trains(model: ScriptModel) -> bool:
+    """A script run on its own (`if __name__ == "__main__":`) that never
+    runs a backward pass, a trainer's fit or anything named for training
+    (`train(model, args)`): it validates, predicts or extracts features. (A
+    helper module is judged as part of the scripts that call it.)"""
+    return has_main_guard(model) and not any(
+        c.attr in ("backward", "fit") or "train" in (c.attr or "").lower() for c in model.calls)
 
 
 @register
@@ -34,6 +43,8 @@ class PreferDDP(Rule):
         all_wraps = wraps(model)
         if any(w.kind == "DistributedDataParallel" for w in all_wraps):
             return   # DataParallel is the script's fallback next to a DDP path: the author already chose
+        if _never_trains(model):
+            return   # inference or feature extraction: nothing to all-reduce, DDP is not the alternative
         for w in all_wraps:
             if w.kind != "DataParallel":
                 continue

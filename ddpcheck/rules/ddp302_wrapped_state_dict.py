@@ -12,7 +12,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
 from ddpcheck.model.flow import argument_expr
 from ddpcheck.model.saves import STRIPS_MODULE_PREFIX, is_save_sink, saved_state_dicts
-from ddpcheck.model.wrappers import strips_prefix, tells_wrapper_apart, wrapper_in
+from ddpcheck.model.wrappers import project_strips_prefix, strips_prefix, tells_wrapper_apart, wrapper_in
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import unwrap_edit
 from ddpcheck.model.filekind import NOT_TESTS
@@ -49,8 +49,8 @@ class WrappedStateDict(Rule):
     fix = "save `model.module.state_dict()` (keep `model_without_ddp = model.module` after wrapping)"
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
-        if not wraps(model):
-            return
+        if not wraps(model) or project_strips_prefix(model):
+            return   # no wrapper; or the project reads its checkpoints back through a renaming of the keys
         reported: set[int] = set()
         for sink in model.calls:
             if not _is_sink(model, sink):

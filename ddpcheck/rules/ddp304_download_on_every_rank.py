@@ -45,7 +45,7 @@ class DownloadOnEveryRank(Rule):
                 continue
             what = download_call(model, site)
             if what is not None:
-                if every_rank_at_once(model, site, same_download):
+                if same_download(model, site) and every_rank_at_once(model, site, same_download):
                     call = f"`{site.func}(...)`" if site.func else "this download"
                     yield Hit(site.node, message=f"{call} downloads on every rank: {_WHY[what]}")
                 continue

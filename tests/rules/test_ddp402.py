@@ -63,3 +63,13 @@ def test_destroy_in_a_local_helper_module(tmp_path):
     (tmp_path / "dist_helpers.py").write_text("import torch.distributed as dist\n\ndef finish():\n    dist.barrier()\n")
     result = lint_path(str(train), LintSettings(enabled=frozenset({"DDP402"})))
     assert [f.line for f in result.findings] == [4]
+
+
+def test_gloo_group_message_says_how_it_fails():
+    """A gloo group gets no NCCL warning; what happens instead is said."""
+    src = ("import torch.distributed as dist\nBACKEND = 'gloo'\n\ndef main():\n"
+           "    dist.init_process_group(BACKEND)\n\nif __name__ == '__main__':\n    main()\n")
+    (f,) = findings("DDP402", src)
+    assert "terminate called without an active exception" in f.message and "NCCL" not in f.message
+    (g,) = findings("DDP402", src.replace("'gloo'", "'nccl'"))
+    assert "warning" in g.message and "terminate" not in g.message
