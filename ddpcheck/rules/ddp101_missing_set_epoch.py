@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.model.flow import Made, Pass, Value, every_pass, value_at
+from ddpcheck.model.flow import Made, Pass, Value, constant_of, every_pass, value_at
 from ddpcheck.model.script import CallSite, Loop, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerInfo, loaders, looks_like_eval_name
@@ -18,6 +18,26 @@ from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees, resolve_call
 
 _SAMPLER_ATTRS = ("sampler", "batch_sampler")
+
+
+def _runs_once(model: ScriptModel, loop) -> bool:
+    """`for epoch in range(1)` (or `range(0, 1)`, `range(start, start + 1)`,
+    a name certainly holding 1): one epoch, so the sampler's epoch never
+    changes and there is no order to replay."""
+    if not loop.is_for or not isinstance(loop.iter, cst.Call) or dotted_name(loop.iter.func) != "range":
+        return False
+    args = [a.value for a in loop.iter.args if a.keyword is None and not a.star]
+    if len(args) == 1:
+        return constant_of(model, args[0]) in (0, 1)
+    if len(args) == 2:
+        low, high = constant_of(model, args[0]), constant_of(model, args[1])
+        if isinstance(low, int) and isinstance(high, int) and not isinstance(low, bool):
+            return high - low <= 1
+        end = args[1]
+        return (isinstance(end, cst.BinaryOperation) and isinstance(end.operator, cst.Add)
+                and constant_of(model, end.right) == 1
+                and model.module.code_for_node(end.left) == model.module.code_for_node(args[0]))
+    return False
 
 
 @register
@@ -40,7 +60,7 @@ class MissingSetEpoch(Rule):
             return
         reported: set[int] = set()
         for _fn, p in every_pass(model):
-            if p.epoch is None:
+            if p.epoch is None or _runs_once(p.epoch_model, p.epoch):
                 continue
             for atom in p.consumed.made_by("DataLoader"):
                 loader = _loader_info(atom)
