@@ -387,12 +387,25 @@ def worlds_from_call(model, ctx, fn, caller_model, call) -> frozenset[str]:
                 bound, expr = argument_expr(call, fn, name.value)
                 if bound and expr is not None:
                     cond = condition_of(caller_model, expr, call.ctx.function)
-                    if negated:
-                        cond = cond.negate()
+                elif bound:   # not passed: the default applies (`use_distributed_barriers: bool = False`)
+                    default = _default_of(fn, name.value)
+                    if default is not None:
+                        cond = condition_of(model, default, fn.ctx.function)
+                if cond is not None and negated:
+                    cond = cond.negate()
         if cond is None:
             cond = condition_of(model, b.test, b.function)
         result &= cond.true_branch if b.positive else cond.false_branch
     return result
+
+
+def _default_of(fn, name: str) -> cst.BaseExpression | None:
+    """The default value of parameter `name` of `fn`, as written."""
+    params = fn.node.params
+    for p in (*params.posonly_params, *params.params, *params.kwonly_params):
+        if p.name.value == name:
+            return p.default
+    return None
 
 
 def function_worlds(model, fn) -> frozenset[str]:

@@ -46,11 +46,12 @@ from ddpcheck.model.flow import resolve_call
 # Context managers that let rank 0 (or each node's local rank 0) run the body
 # first and the other ranks after it: yolov5/ultralytics, accelerate,
 # transformers' TrainingArguments, lightning fabric (`rank_zero_first`), YOLOX
-# (`wait_for_the_master`), ColossalAI (`barrier_context`).
+# (`wait_for_the_master`), ColossalAI (`barrier_context`, and its
+# DistCoordinator's `priority_execution`, documented for downloads).
 RANK_ZERO_FIRST = re.compile(
     r"^(torch_distributed_zero_first|distributed_zero_first|main_process_first|local_main_process_first"
     r"|rank_zero_first|zero_rank_first|rank0_first|rank_0_first|master_first|main_first"
-    r"|local_rank_zero_first|zero_first|wait_for_the_master|wait_for_master|barrier_context)$"
+    r"|local_rank_zero_first|zero_first|wait_for_the_master|wait_for_master|barrier_context|priority_execution)$"
 )
 # File locks: every rank runs the body, one at a time.
 FILE_LOCKS = {"FileLock", "SoftFileLock", "UnixFileLock", "WindowsFileLock", "InterProcessLock", "flock"}
