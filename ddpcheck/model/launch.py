@@ -340,6 +340,13 @@ class LaunchDocs:
     def __init__(self, root: str) -> None:
         self.root = root
         self._docs: list[_Doc] | None = None
+        self._submitit: dict[str, list[tuple[str, str]]] = {}
+
+    def submitit_files(self, folder: str) -> list[tuple[str, str]]:
+        found = self._submitit.get(folder)
+        if found is None:
+            found = self._submitit[folder] = _submitit_files(folder)
+        return found
 
     def docs(self) -> list[_Doc]:
         if self._docs is None:
@@ -358,11 +365,8 @@ class LaunchDocs:
         return found
 
 
-def submitit_launchers(script: str) -> list[LaunchCommand]:
-    """Python files next to the script that import it and use submitit."""
-    folder = os.path.dirname(os.path.abspath(script))
-    stem = os.path.splitext(os.path.basename(script))[0]
-    pattern = re.compile(_SUBMITIT_IMPORT.pattern.format(name=re.escape(stem)), re.M)
+def _submitit_files(folder: str) -> list[tuple[str, str]]:
+    """(name, text) of the Python files of `folder` that use submitit."""
     found = []
     try:
         names = sorted(os.listdir(folder))
@@ -370,7 +374,7 @@ def submitit_launchers(script: str) -> list[LaunchCommand]:
         return found
     for name in names:
         path = os.path.join(folder, name)
-        if not name.endswith(".py") or path == os.path.abspath(script):
+        if not name.endswith(".py"):
             continue
         try:
             if os.path.getsize(path) > MAX_DOC_BYTES:
@@ -379,12 +383,23 @@ def submitit_launchers(script: str) -> list[LaunchCommand]:
                 text = fh.read()
         except OSError:
             continue
-        if "submitit" in text and pattern.search(text):
-            found.append(LaunchCommand(launcher=SUBMITIT, where=name, text=f"{name} (submitit)"))
+        if "submitit" in text:
+            found.append((name, text))
     return found
 
 
+def submitit_launchers(script: str, docs: "LaunchDocs | None" = None) -> list[LaunchCommand]:
+    """Python files next to the script that import it and use submitit."""
+    folder = os.path.dirname(os.path.abspath(script))
+    stem = os.path.splitext(os.path.basename(script))[0]
+    pattern = re.compile(_SUBMITIT_IMPORT.pattern.format(name=re.escape(stem)), re.M)
+    files = docs.submitit_files(folder) if docs is not None else _submitit_files(folder)
+    return [LaunchCommand(launcher=SUBMITIT, where=name, text=f"{name} (submitit)")
+            for name, text in files if name != os.path.basename(script) and pattern.search(text)]
+
+
 _LAUNCH_WORDS = ("torchrun", "torch.distributed", "deepspeed", "accelerate", "srun", "mpirun", "python")
+_LAUNCH_LINE = r"(torchrun|torch\.distributed\.(launch|run)|deepspeed|accelerate\s+launch|srun|mpirun|python[\d.]*)[^\n]*{name}"
 
 
 def commands_in_script(text: str, file_name: str) -> list[LaunchCommand]:
@@ -392,6 +407,8 @@ def commands_in_script(text: str, file_name: str) -> list[LaunchCommand]:
     docstring, `# torchrun --nproc_per_node=8 train.py`)."""
     if file_name not in text or not any(w in text for w in _LAUNCH_WORDS):
         return []
+    if not re.search(_LAUNCH_LINE.format(name=re.escape(file_name)), text):
+        return []   # no line names a launcher and this file: nothing to tokenize
     found = []
     try:
         tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
@@ -422,7 +439,7 @@ def _commands_for_file(model, path: str, text: str, reader: str) -> list[LaunchC
         for command in from_docs:
             project.depends_on(reader, os.path.join(root, command.where.rsplit(":", 1)[0]))
         found += from_docs
-        found += submitit_launchers(path)
+        found += submitit_launchers(path, docs)
     return found
 
 

@@ -8,7 +8,8 @@ only some ranks reach, a batch multiplied by the world size: none of that can
 happen with one process. `one_process` says when the script's own evidence
 shows one process:
 
-- every process group it starts is given the literal `world_size=1`; or
+- every process group it starts is given the literal `world_size=1` (a
+  positional 1 is not looked for); or
 - every documented launch command of the script (model/launch.py) runs one
   process (`--nproc_per_node=1`, `--num_gpus 1`, a plain `python train.py`
   of a script that does not spawn its own workers), and there is at least one.
@@ -18,12 +19,17 @@ An undocumented process count (`--nproc_per_node=$NGPU`) is not one process.
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.model.distributed import is_init_call, starts_own_workers
 from ddpcheck.model.launch import PYTHON, launch_commands
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import ScriptModel
+
+
+_WORLD_OF_ONE = re.compile(r"world_size\s*=\s*1\b")
 
 
 def _literal_one(expr: cst.BaseExpression | None) -> bool:
@@ -34,9 +40,10 @@ def _literal_one(expr: cst.BaseExpression | None) -> bool:
 def one_process(model: ScriptModel) -> str | None:
     """Why the script runs as one process (for messages and tests), or None
     when it may run several."""
-    inits = [c for c in model.calls if is_init_call(model, c)]
-    if inits and all(_literal_one(c.arg("world_size", 3)) for c in inits):
-        return "its process group is started with `world_size=1`"
+    if _WORLD_OF_ONE.search(model.text):   # a literal group of one is written `world_size=1`
+        inits = [c for c in model.calls if is_init_call(model, c)]
+        if inits and all(_literal_one(c.arg("world_size", 3)) for c in inits):
+            return "its process group is started with `world_size=1`"
     commands = launch_commands(model)
     if not commands:
         return None
