@@ -47,10 +47,13 @@ def wraps_held(model: ScriptModel, value: Value, ctx: Ctx) -> list[WrapInfo]:
     if any(isinstance(a, Member) and a.name == "module" and a.receiver in wrap_of for a in value.atoms):
         return []
     here = worlds(model, ctx)
+    plain_too = any(a not in wrap_of for a in value.atoms)
     found = []
     for atom, w in wrap_of.items():
         if atom.model is model and (not worlds(model, w.site.ctx) & here or exclusive(w.site.ctx, ctx)
                                     or runs_before_wrap(model, w, ctx)):
+            continue
+        if plain_too and wrapped_by_another_method(model, w.site, ctx):
             continue
         found.append(w)
     found.sort(key=lambda w: (w.kind != "DistributedDataParallel", w.site.ctx.order))
@@ -66,6 +69,21 @@ def runs_before_wrap(model: ScriptModel, w: WrapInfo, ctx: Ctx) -> bool:
     if fn is None or wrapper_fn is None or fn is wrapper_fn or fn.class_name is None:
         return False
     return any(c.ctx.order < w.site.ctx.order and c.func == f"self.{fn.name}" for c in model.calls_in(wrapper_fn))
+
+
+def wrapped_by_another_method(model: ScriptModel, wrap: CallSite, ctx: Ctx) -> bool:
+    """The wrap is stored by a method other than `__init__` and other than
+    the code at `ctx`, which does not call that method first: whether the
+    attribute holds the wrapper or the plain model there depends on the
+    order the object's users call its methods in (timm's task:
+    `compile()` before `prepare_distributed()`), so it is not known."""
+    wrapper_fn = wrap.ctx.function
+    fn = ctx.function
+    if wrapper_fn is None or wrapper_fn.class_name is None or wrapper_fn.name == "__init__" or fn is wrapper_fn:
+        return False
+    if fn is None:
+        return True
+    return not any(c.ctx.order < ctx.order and (c.attr or "") == wrapper_fn.name for c in model.calls_in(fn))
 
 
 def told_apart_where_bound(model: ScriptModel, expr: cst.BaseExpression) -> bool:
@@ -266,5 +284,5 @@ def project_strips_prefix(model: ScriptModel) -> bool:
     return False
 
 
-__all__ = ["wrapper_held", "wraps_held", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
+__all__ = ["wrapper_held", "wraps_held", "wrapped_by_another_method", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
            "tells_wrapper_apart", "renames_prefix_on_load", "project_strips_prefix"]

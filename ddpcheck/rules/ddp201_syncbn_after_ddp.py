@@ -8,6 +8,7 @@ from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.flow import Made, Member, value_of
 from ddpcheck.model.values import is_ddp_wrap
+from ddpcheck.model.wrappers import wrapped_by_another_method
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import convert_first_edit
 from ddpcheck.model.filekind import NOT_TESTS
@@ -22,14 +23,18 @@ def is_syncbn_conversion(site) -> bool:
     return q.rpartition(".")[2] == "convert_syncbn_model" and q.startswith("apex.")
 
 
-def _wrap_converted(model: ScriptModel, arg) -> Made | None:
+def _wrap_converted(model: ScriptModel, arg, ctx) -> Made | None:
     """The DDP wrap the converted module is, or wraps (`model.module` of it),
     where the conversion reads it."""
-    found = []
+    found, plain_too = [], False
     for atom in value_of(model, arg).atoms:
         inner = atom.receiver if isinstance(atom, Member) and atom.name == "module" else atom
         if isinstance(inner, Made) and is_ddp_wrap(inner.model, inner.site):
             found.append(inner)
+        else:
+            plain_too = True
+    if plain_too:   # a wrap another method stores, where the order of the calls decides, is not known
+        found = [a for a in found if not wrapped_by_another_method(model, a.site, ctx)]
     return min(found, key=lambda a: (a.model is not model, a.site.ctx.order), default=None)
 
 
@@ -52,7 +57,7 @@ class SyncBNAfterDDP(Rule):
             arg = site.arg("module", 0)
             if arg is None:
                 continue
-            wrap = _wrap_converted(model, arg)
+            wrap = _wrap_converted(model, arg, site.ctx)
             if wrap is None:
                 continue
             key = dotted_name(arg)
