@@ -24,6 +24,32 @@ from ddpcheck.rules.base import REGISTRY, Rule
 
 REPO = Path(__file__).resolve().parent.parent
 
+
+_SANDBOX_HERE = ""
+
+
+def pytest_configure(config):
+    """The preflight's sandbox on this machine. Where none can be set up at all, the
+    preflight runs of the suite go without one, as `--allow-unsandboxed` would let a
+    user's (DDPCHECK_ALLOW_UNSANDBOXED): the tests of the sandbox itself skip there."""
+    import tempfile
+
+    from ddpcheck.preflight import sandbox as sandboxing
+
+    global _SANDBOX_HERE
+    run_dir = sandboxing.make_run_dir(tempfile.gettempdir())
+    try:
+        box = sandboxing.choose(run_dir, os.getcwd())
+    finally:
+        sandboxing.remove_tree(run_dir)
+    if box.level == sandboxing.Level.NONE:
+        os.environ["DDPCHECK_ALLOW_UNSANDBOXED"] = "1"
+    _SANDBOX_HERE = f"preflight sandbox: {box.level.value} ({box.tool or box.why})"
+
+
+def pytest_report_header(config):
+    return _SANDBOX_HERE
+
 FAKE_MARKERS = {
     "BAD_ERROR": ("DDP901", "fake-error", Severity.ERROR),
     "BAD_WARNING": ("DDP902", "fake-warning", Severity.WARNING),

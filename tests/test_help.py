@@ -53,7 +53,8 @@ def _sections(text: str) -> dict[str, list[str]]:
 def test_preflight_help_groups_options_by_mode():
     sections = _sections(_help("preflight"))
     assert list(sections)[:3] == [HELP_BOTH, HELP_FACTORY, HELP_SCRIPT]
-    assert sorted(sections[HELP_BOTH]) == ["--backend", "--format", "--gpus", "--help", "--timeout"]
+    assert sorted(sections[HELP_BOTH]) == ["--allow-unsandboxed", "--backend", "--format", "--gpus",
+                                           "--help", "--timeout"]
     assert sorted(sections[HELP_FACTORY]) == sorted(
         "--" + ("drop-last" if name == "drop_last" else name.replace("_", "-")) for name in FACTORY_ONLY)
     assert sections[HELP_SCRIPT] == ["-- SCRIPT", "--steps", "--nodes"]

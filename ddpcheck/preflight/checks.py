@@ -41,6 +41,7 @@ class CheckId(Enum):
     RANK_STOPPED = "rank_stopped"  # stopped because another rank failed first
     ALL_HUNG = "all_hung"
     WORKERS_STOPPED = "workers_stopped"
+    RUN_DEADLINE = "run_deadline"  # the supervisor killed the whole run at --timeout
     # the process group
     PG_INIT = "pg_init"
     IDENTITY = "identity"
@@ -92,6 +93,7 @@ _TITLES = {
     CheckId.RANK_STOPPED: "rank {rank} stopped",
     CheckId.ALL_HUNG: "all ranks hung",
     CheckId.WORKERS_STOPPED: "workers stopped",
+    CheckId.RUN_DEADLINE: "run ended at --timeout",
     CheckId.PG_INIT: "process group init",
     CheckId.IDENTITY: "rank / world size / local rank",
     CheckId.ONE_GPU_PER_RANK: "one GPU per rank",

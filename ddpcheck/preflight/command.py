@@ -2,9 +2,11 @@
 
 click parses straight into :class:`~ddpcheck.preflight.options.PreflightOptions`.
 Importing this module never imports torch (``ddpcheck lint`` must stay
-torch-free): torch is imported inside the command, after the arguments and the
-data-set arithmetic have been checked. Usage errors go through
-:mod:`ddpcheck.errors`, like every other command.
+torch-free). The command checks every option here, in the user's process,
+then hands the run to :mod:`ddpcheck.preflight.supervisor`, which runs
+:func:`run_preflight` (or script mode's driver) in a sandbox as a process of its
+own: torch and the user's code are only ever imported there. Usage errors go
+through :mod:`ddpcheck.errors`, like every other command.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import click
 from ddpcheck.errors import UsageError, fail
 from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, CheckId, exit_code
 from ddpcheck.preflight.options import (
+    MAX_TIMEOUT,
     OPTIMIZER,
     REF,
     SHAPE,
     SIZE,
+    FiniteFloatRange,
     PreflightOptions,
     RunSpec,
+    check_capacity,
     check_combinations,
     model_spec,
 )
@@ -69,6 +74,11 @@ class PreflightCommand(click.Command):
     --help groups the options by mode."""
 
     def parse_args(self, ctx, args):
+        if args and args[-1] == "--" and "--" not in args[:-1]:
+            # `preflight --gpus 2 --`: without this check click sees no arguments at all
+            # and the factory mode would run instead of the script the user meant
+            raise UsageError("nothing to run after --: give SCRIPT [ARGS...] or "
+                             "-m MODULE [ARGS...]")
         try:
             return super().parse_args(ctx, args)
         except click.UsageError as exc:
@@ -112,7 +122,7 @@ class PreflightCommand(click.Command):
               help="Gradient accumulation steps.")
 @click.option("--base-batch", type=POSITIVE, default=None, metavar="G",
               help="Global batch the recipe/baseline was tuned at.")
-@click.option("--base-lr", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--base-lr", type=FiniteFloatRange(min=0, min_open=True), default=None,
               metavar="LR", help="Its learning rate: prints linear and sqrt scaled lrs.")
 @click.option("--data-parallel", is_flag=True,
               help="The script uses nn.DataParallel: one process, each batch chunked over "
@@ -143,15 +153,20 @@ class PreflightCommand(click.Command):
               help="Memory per GPU, e.g. 24GiB. Default: the real device's.")
 @click.option("--reserve", type=SIZE, default=None, metavar="SIZE",
               help="Memory to keep for CUDA context/NCCL. Default: measured on GPU, 0 on CPU.")
-@click.option("--safety-margin", type=click.FloatRange(0, 1, max_open=True), default=0.10,
+@click.option("--safety-margin", type=FiniteFloatRange(0, 1, max_open=True), default=0.10,
               show_default=True, help="Fraction of --gpu-memory to leave free.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=120.0,
-              show_default=True, metavar="SECONDS",
-              help="Longest the whole run may take; a rank still busy then is named and killed.")
+@click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True, max=MAX_TIMEOUT),
+              default=120.0, show_default=True, metavar="SECONDS",
+              help="Longest the whole run may take: then every process of the run is killed "
+                   "and the ranks that had not finished are named.")
 @click.option("--bandwidth-size", type=SIZE, default=None, metavar="SIZE",
               help="all_reduce size for the bandwidth figure. Default: 256MiB NCCL, 16MiB gloo.")
 @click.option("--format", "output_format", type=click.Choice(["text", "json"]), default="text",
               show_default=True, help="The report as text, or as JSON for CI.")
+@click.option("--allow-unsandboxed", is_flag=True, envvar="DDPCHECK_ALLOW_UNSANDBOXED",
+              help="Run even where no OS sandbox can be set up (no user namespaces, no "
+                   "Landlock): only Python-level writes are then kept from your files. "
+                   "Also DDPCHECK_ALLOW_UNSANDBOXED=1.")
 @click.option("--steps", type=POSITIVE, default=None, metavar="K",
               help="Batches served per epoch, the last batch first. Default: 3.")
 @click.option("--nodes", type=POSITIVE, default=None, metavar="M",
@@ -170,18 +185,166 @@ def preflight(steps, nodes, script_args, **kwargs) -> None:
     ranks: a few steps per epoch, the last batch first, into epoch 2, its
     writes kept out of your folders, reported beside `ddpcheck lint`.
 
+    Every run happens in a sandbox: your files stay as they are whatever the code
+    writes (the report lists what it changed), nothing it starts outlives it, and
+    it ends by --timeout.
+
     Exit 0 when nothing FAILs, 1 when a check FAILs, 2 for usage errors.
     """
     opts = PreflightOptions(**kwargs)
+    script_args = list(script_args)
     if script_args:
-        from ddpcheck.preflight.script.command import run_script_preflight
+        from ddpcheck.preflight.script.command import check_script_usage
 
-        sys.exit(run_script_preflight(opts, steps, list(script_args), nodes=nodes))
-    if steps is not None:
-        fail("--steps needs a script: ddpcheck preflight --steps K -- SCRIPT [ARGS...]")
-    if nodes is not None:
-        fail("--nodes needs a script: ddpcheck preflight --gpus N --nodes M -- SCRIPT [ARGS...]")
-    sys.exit(run_preflight(opts))
+        folder = check_script_usage(opts, script_args)
+        mode = "script"
+    else:
+        if steps is not None:
+            fail("--steps needs a script: ddpcheck preflight --steps K -- SCRIPT [ARGS...]")
+        if nodes is not None:
+            fail("--nodes needs a script: ddpcheck preflight --gpus N --nodes M -- SCRIPT "
+                 "[ARGS...]")
+        check_usage(opts)
+        folder = None
+        mode = "factory"
+    sys.exit(run_sandboxed(mode, opts, steps, script_args, folder, nodes))
+
+
+def check_usage(opts: PreflightOptions) -> None:
+    """Everything about the factory mode's options that needs no torch."""
+    check_combinations(opts)
+    from ddpcheck.preflight import envdetect
+
+    try:
+        launched = envdetect.detect_launched()
+    except envdetect.LaunchEnvError as exc:
+        fail(str(exc))
+    if opts.data_parallel:
+        return  # one process, nothing launched: --gpus only feeds the arithmetic
+    if launched is None:
+        check_capacity(opts.gpus)
+        if opts.gpus is not None:
+            _data_part(opts, opts.gpus)
+        try:
+            envdetect.master_port()
+        except envdetect.LaunchEnvError as exc:
+            fail(str(exc))
+
+
+def run_sandboxed(mode: str, opts: PreflightOptions, steps, script_args: list,
+                  script_folder, nodes=None) -> int:
+    """Run the preflight in the sandbox and print its report; the exit code."""
+    from ddpcheck.preflight import sandbox as sandboxing
+    from ddpcheck.preflight import supervisor
+
+    start = time.time()
+    sandboxing.sweep_stale()
+    run_dir = sandboxing.make_run_dir()
+    box = None
+    try:
+        box = sandboxing.choose(run_dir, os.getcwd(), script_folder)
+        if box.level == sandboxing.Level.NONE and not opts.allow_unsandboxed:
+            fail(sandboxing.describe_unavailable(box))
+        environ = {}
+        if not box.isolated_processes:
+            os.makedirs(box.private_tmp, exist_ok=True)
+            environ["TMPDIR"] = box.private_tmp  # a private temp folder, removed after
+        request = supervisor.Request(
+            mode=mode, options=dataclasses.asdict(opts), cwd=os.getcwd(),
+            deadline=start + opts.timeout, sandbox=box.to_dict(), steps=steps,
+            script_args=script_args, environ=environ, nodes=nodes)
+        outcome = supervisor.run(
+            box, request, opts.timeout,
+            on_deadline=lambda records, timeout: _deadline_report(mode, opts, box, records,
+                                                                  start),
+            on_lost=lambda why: _lost_report(mode, opts, box, why, start),
+            echo_out=lambda text: click.echo(text, nl=False),
+            echo_err=lambda text: click.echo(text, nl=False, err=True))
+    finally:
+        if box is not None:
+            supervisor.finish(box)
+        else:
+            sandboxing.remove_tree(run_dir)
+    if outcome.out:
+        click.echo(outcome.out, nl=False)
+    if outcome.err:
+        click.echo(outcome.err, nl=False, err=True)
+    return outcome.code
+
+
+# -- when the sandbox had to be killed, or its launcher died --------------------------------
+
+
+def _unfinished(records: dict, world: int) -> list[tuple[int, str]]:
+    """``(rank, what it was doing)`` for every rank without a final record."""
+    from ddpcheck.preflight.progress import WAITING_PREFIX
+
+    out = []
+    now = time.time()
+    for rank in range(world):
+        rec = records.get(rank)
+        if rec is not None and rec.final:
+            continue
+        if rec is None:
+            out.append((rank, "it never reported (still starting)"))
+        elif rec.stage.startswith(WAITING_PREFIX) or rec.waiting:
+            out.append((rank, f"{rec.stage} (waiting for a peer) for {now - rec.since:.0f} s"))
+        else:
+            out.append((rank, f"{rec.stage} for {now - rec.since:.0f} s"))
+    return out
+
+
+def _deadline_report(mode: str, opts: PreflightOptions, box, records: dict,
+                     start: float) -> str:
+    world = max([opts.gpus or 0, len(records)] + [r + 1 for r in records])
+    unfinished = _unfinished(records, world)
+    named = "; ".join(f"rank {rank}: {what}" for rank, what in unfinished) or \
+        "no rank had started yet"
+    title = (f"the run did not end within --timeout {opts.timeout:g} s: every process of it "
+             f"was killed")
+    detail = f"ranks that had not finished: {named}" if unfinished else named
+    fix = ("the launcher itself did not stop in time (a rank blocked its own shutdown); "
+           "raise --timeout only if the work is just slow")
+    return _own_report(mode, opts, box, title, detail, fix, [r for r, _ in unfinished], start)
+
+
+def _lost_report(mode: str, opts: PreflightOptions, box, why: str, start: float) -> str:
+    title = f"the preflight's launcher ended without a report ({why})"
+    return _own_report(mode, opts, box, title, "", "rerun; if it repeats, report it with "
+                       "the command line and --format json", [], start)
+
+
+def _own_report(mode, opts, box, title, detail, fix, ranks, start) -> str:
+    """A report the supervisor writes itself, in the run's mode and format."""
+    import json
+
+    from ddpcheck.preflight.checks import FAIL, Check, CheckId
+
+    headline = f"ddpcheck preflight: {title}"
+    if mode == "script":
+        report = {"headline": headline, "mode": "script", "target": "", "verdicts": [
+            {"check": "hang", "status": "FAIL", "title": title, "detail": detail, "fix": fix,
+             "rule": None, "ranks": ranks}], "lint": [], "lint_error": "not run",
+            "writes": [], "ranks": [], "sandbox": box.summary(),
+            "timing": {"total_seconds": time.time() - start, "workers_seconds": 0.0},
+            "worker_logs": None, "exit_code": 1}
+        if opts.output_format == "json":
+            return json.dumps({**{k: v for k, v in report.items() if k != "headline"},
+                               "summary": headline}, indent=2) + "\n"
+        lines = [headline] + ([box.summary()] if not box.isolated_processes else []) + \
+            ["", f"FAIL  {title}"]
+        lines += [f"      {detail}"] if detail else []
+        lines += [f"      fix: {fix}", "", f"1 FAIL -> exit 1 ({time.time() - start:.1f} s)"]
+        return "\n".join(lines) + "\n"
+    from ddpcheck.preflight import report as render
+
+    check = Check(CheckId.RUN_DEADLINE, FAIL, f"{title}; {detail}" if detail else title, fix)
+    rep = render.PreflightReport(
+        headline=headline, world_size=opts.gpus or 0, backend="", device="", launcher="",
+        checks=[check], exit_code=1, total_seconds=time.time() - start, sandbox=box.summary(),
+        unsandboxed=box.level.value == "none", degraded=not box.isolated_processes)
+    text = render.render_json(rep) if opts.output_format == "json" else render.render_text(rep)
+    return text + "\n"
 
 
 # -- the run ---------------------------------------------------------------------------------
@@ -270,7 +433,10 @@ def _launch_env_checks(launched) -> list[Check]:
                   f"MASTER_PORT={port} (exported) is free on this host")]
 
 
-def run_preflight(opts: PreflightOptions) -> int:
+def run_preflight(opts: PreflightOptions, box=None, deadline=None) -> int:
+    """The factory mode, inside the sandbox (:mod:`ddpcheck.preflight.inside`).
+    ``box``: the run's :class:`~ddpcheck.preflight.sandbox.Sandbox`; ``deadline``: when
+    the ranks must have finished (``time.time()``)."""
     t0 = time.time()
     check_combinations(opts)
     from ddpcheck.preflight import envdetect
@@ -282,7 +448,7 @@ def run_preflight(opts: PreflightOptions) -> int:
     if opts.data_parallel:
         if launched is not None:
             fail("--data-parallel is one process driving every GPU: run it without torchrun/srun")
-        return _run_data_parallel(opts, t0)
+        return _run_data_parallel(opts, t0, box)
 
     world = launched.world_size if launched else opts.gpus
     pre_checks = _launch_env_checks(launched)
@@ -315,6 +481,9 @@ def run_preflight(opts: PreflightOptions) -> int:
     except BackendError as exc:
         fail(str(exc))
 
+    # from here on the user's code runs (its modules are imported next): what the
+    # sandbox's layers hold before this is the launcher's own
+    watched = _watch_changes(box)
     if opts.model:
         _load_user_refs(opts)
         if fork_safe:
@@ -330,15 +499,22 @@ def run_preflight(opts: PreflightOptions) -> int:
                                                 else 16 * 2**20),
         bandwidth_iters=5 if backend.device == "cuda" else 3,
         model=model_spec(opts), gpu_memory=opts.gpu_memory, reserve=opts.reserve,
-        safety_margin=opts.safety_margin, batch_size=choice.per_gpu if choice else None)
+        safety_margin=opts.safety_margin, batch_size=choice.per_gpu if choice else None,
+        box=box.box if box is not None else None,
+        redirect=box is not None and not box.isolated_processes)
 
     quiet = False
     log_dir = None
     if launched:
-        results, how, launch_s = _run_in_launcher(spec, launched)
+        results, how, launch_s = _run_in_launcher(spec, launched, deadline)
         quiet = launched.rank != 0  # every rank reaches the same verdict; rank 0 prints it
     else:
-        results, how, launch_s, log_dir = _run_local(spec, world, fork_safe)
+        results, how, launch_s, log_dir = _run_local(spec, world, fork_safe, box, deadline)
+    writes = watched()
+    if box is not None and log_dir:
+        from ddpcheck.preflight import supervisor
+
+        supervisor.write_status(box.box, kept_logs=log_dir)
 
     from ddpcheck.preflight import memverdict, verdict
 
@@ -357,18 +533,44 @@ def run_preflight(opts: PreflightOptions) -> int:
         + data_checks + mem_checks
     return _print(opts, quiet, checks, t0, results=results, how=how, launch_s=launch_s,
                   world=world, backend=backend.backend, device=backend.device, arith=arith,
-                  mem=mem, mq=mq, log_dir=log_dir)
+                  mem=mem, mq=mq, log_dir=log_dir, box=box, writes=writes)
+
+
+def _watch_changes(box):
+    """Note what the sandbox's upper layers hold before the ranks start (the launcher's
+    own start-up writes); the returned function lists what the user's code changed."""
+    if box is None or not box.isolated_processes:
+        return lambda results=None: []
+    from ddpcheck.preflight import sandbox as sandboxing
+
+    before = sandboxing.snapshot(box.trees)
+    return lambda: sandboxing.changes(box.trees, before, box.real_view)
+
+
+def _factory_writes(results: list, changes: list) -> list:
+    from ddpcheck.preflight import writes as recorded
+
+    by_rank = {r.rank: [(w, None) for w in r.writes] for r in results}
+    return recorded.join(changes, by_rank)
 
 
 def _print(opts: PreflightOptions, quiet: bool, checks: list, t0: float, *, results, how,
-           launch_s, world, backend, device, arith, mem, mq, log_dir) -> int:
+           launch_s, world, backend, device, arith, mem, mq, log_dir, box=None,
+           writes=None) -> int:
     from ddpcheck.preflight import report as render
 
     code = exit_code(checks)
     where = "CPU" if device == "cpu" else "GPU"
+    unsandboxed = box is not None and box.level.value == "none"
+    changed = _factory_writes(results, writes if box is not None and
+                              box.isolated_processes else None)
     rep = render.PreflightReport(
-        headline=(f"ddpcheck preflight: {world} rank{'s' if world != 1 else ''}, {backend} on "
-                  f"{where}, {how}" if backend else f"ddpcheck preflight: {how}"),
+        headline=("NO SANDBOX: " if unsandboxed else "")
+        + (f"ddpcheck preflight: {world} rank{'s' if world != 1 else ''}, {backend} on "
+           f"{where}, {how}" if backend else f"ddpcheck preflight: {how}"),
+        sandbox=box.summary() if box is not None else "", unsandboxed=unsandboxed,
+        degraded=box is not None and not box.isolated_processes,
+        writes=changed,
         world_size=world, backend=backend, device=device, launcher=how, checks=checks,
         exit_code=code, total_seconds=time.time() - t0, workers_seconds=launch_s,
         arithmetic=arith, memory=mem, memory_target=mq.target_batch if mq else None,
@@ -389,11 +591,13 @@ def _escalate_last_batch_of_one(checks: list[Check]) -> list[Check]:
             if c.id == CheckId.LAST_BATCH_OF_ONE else c for c in checks]
 
 
-def _run_local(spec: RunSpec, world: int, fork_safe: bool):
+def _run_local(spec: RunSpec, world: int, fork_safe: bool, box=None, deadline=None):
     from ddpcheck.preflight import launch
 
     method = "fork" if fork_safe else "spawn"
-    outcome = launch.run_local(world, spec, start_method=method)
+    workdir = os.path.join(box.box, "launch") if box is not None else None
+    outcome = launch.run_local(world, spec, start_method=method, workdir=workdir,
+                               deadline=deadline)
     if outcome.interrupted:
         click.echo("ddpcheck: interrupted; workers stopped", err=True)
         sys.exit(130)
@@ -403,15 +607,16 @@ def _run_local(spec: RunSpec, world: int, fork_safe: bool):
     return outcome.ranks, how, outcome.elapsed, outcome.log_dir
 
 
-def _run_in_launcher(spec: RunSpec, launched):
+def _run_in_launcher(spec: RunSpec, launched, deadline=None):
     """This process is one rank of the user's torchrun/srun job."""
     from ddpcheck.preflight.results import RankResult, RankStatus
     from ddpcheck.preflight.worker import run_in_this_process
 
     launched.export()
     start = time.time()
-    spec = dataclasses.replace(spec, deadline=start + spec.timeout, gather=True,
-                               launched_by=launched.launcher)
+    spec = dataclasses.replace(spec, gather=True, launched_by=launched.launcher,
+                               deadline=deadline if deadline is not None
+                               else start + spec.timeout)
     mine = run_in_this_process(spec)
     elapsed = time.time() - start
     if mine.everyone:
@@ -429,7 +634,7 @@ def _run_in_launcher(spec: RunSpec, launched):
 # -- nn.DataParallel: one process, nothing launched ------------------------------------------
 
 
-def _run_data_parallel(opts: PreflightOptions, t0: float) -> int:
+def _run_data_parallel(opts: PreflightOptions, t0: float, box=None) -> int:
     from ddpcheck.preflight import datachecks, shardplan
     from ddpcheck.preflight.report import Arithmetic
 
@@ -451,6 +656,7 @@ def _run_data_parallel(opts: PreflightOptions, t0: float) -> int:
         dp = shardplan.plan_data_parallel(opts.dataset_size, gpus, batch, opts.drop_last)
     except shardplan.PlanError as exc:
         fail(str(exc))
+    watched = _watch_changes(box)
     call = _dp_call(opts) if opts.model else None
     checks = datachecks.data_parallel_checks(dp, call)
     if opts.model:
@@ -465,7 +671,8 @@ def _run_data_parallel(opts: PreflightOptions, t0: float) -> int:
     how = (f"nn.DataParallel over {gpus} GPU{'s' if gpus != 1 else ''}, one process "
            f"(nothing launched)")
     return _print(opts, False, checks, t0, results=[], how=how, launch_s=0.0, world=gpus,
-                  backend="", device="", arith=arith, mem=None, mq=None, log_dir=None)
+                  backend="", device="", arith=arith, mem=None, mq=None, log_dir=None,
+                  box=box, writes=watched())
 
 
 def _dp_call(opts: PreflightOptions):

@@ -17,6 +17,9 @@ from typing import Optional
 
 _FRAME_RE = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _C10D_FILES = ("distributed_c10d.py",)
+# script mode meets the other ranks over the store before every collective: a rank
+# inside this file when its stack was dumped waits for its peers there
+_LOCKSTEP_FILES = (f"{os.sep}ddpcheck{os.sep}preflight{os.sep}script{os.sep}observe.py",)
 # frames that are not the user's code
 _NOT_USER = ("site-packages", f"{os.sep}ddpcheck{os.sep}preflight{os.sep}", "<frozen",
              f"{os.sep}lib{os.sep}python")
@@ -92,6 +95,11 @@ def _thread_stacks(text: list[str]) -> list[list[Frame]]:
 class StackReading:
     frame: str  # innermost frame of the user's code, else the innermost frame
     collective: str = ""  # torch.distributed function the thread is blocked in
+    lockstep: bool = False  # waiting for its peers before a collective (script mode)
+
+    @property
+    def waits_for_peers(self) -> bool:
+        return bool(self.collective) or self.lockstep
 
 
 def read_stack(text: list[str]) -> Optional[StackReading]:
@@ -111,7 +119,8 @@ def read_stack(text: list[str]) -> Optional[StackReading]:
             next((f for f in after if "c10d_logger" not in f.file), None)
         if caller is not None:
             user = caller
-    return StackReading(str(user or stack[0]), collective)
+    lockstep = not collective and any(f.file.endswith(_LOCKSTEP_FILES) for f in stack)
+    return StackReading(str(user or stack[0]), collective, lockstep)
 
 
 def summarize_stderr(text: list[str], lines: int = 3) -> str:

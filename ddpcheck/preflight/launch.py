@@ -80,13 +80,18 @@ def _real_std_streams():
 
 
 def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
-              grace: float = 3.0, entrypoint: Optional[Callable] = None) -> LaunchOutcome:
+              grace: float = 3.0, entrypoint: Optional[Callable] = None,
+              workdir: Optional[str] = None, deadline: Optional[float] = None) -> LaunchOutcome:
     """Run ``entrypoint(spec)`` on ``nproc`` local workers: the factory worker
     (:func:`ddpcheck.preflight.worker.run_rank`, the default) or script mode's rank.
 
     ``spec`` is a frozen dataclass with the fields of :class:`LaunchSpec`; the
     launcher fills ``results_dir``, ``deadline`` and ``launched_by`` with
     :func:`dataclasses.replace` and hands the copy to every worker.
+    ``workdir``: the folder for the progress files and the workers' logs (the
+    sandbox's box, where the supervisor reads them; a new private temp folder when
+    None); ``deadline``: ``time.time()`` at which the ranks are stopped (default:
+    now + ``spec.timeout``).
     """
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
@@ -95,12 +100,15 @@ def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
 
     from ddpcheck.preflight.worker import run_rank
 
-    workdir = tempfile.mkdtemp(prefix="ddpcheck-preflight-")
+    own_workdir = workdir is None
+    if own_workdir:
+        workdir = tempfile.mkdtemp(prefix="ddpcheck-preflight-")
     results_dir = os.path.join(workdir, "results")
     log_dir = os.path.join(workdir, "logs")
-    os.makedirs(results_dir)
+    os.makedirs(results_dir, exist_ok=True)
     start = time.time()
-    spec = dataclasses.replace(spec, results_dir=results_dir, deadline=start + spec.timeout,
+    deadline = deadline if deadline is not None else start + spec.timeout
+    spec = dataclasses.replace(spec, results_dir=results_dir, deadline=deadline,
                                launched_by="ddpcheck")
     outcome = LaunchOutcome(start_method=start_method)
 
@@ -111,7 +119,7 @@ def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
         run_id=f"ddpcheck-{uuid.uuid4().hex[:12]}",
         rdzv_backend="c10d",
         rdzv_endpoint="localhost:0",
-        rdzv_configs={"timeout": max(30, int(spec.timeout))},
+        rdzv_configs={"timeout": max(30, int(max(1.0, deadline - start)))},
         max_restarts=0,
         monitor_interval=0.02,
         start_method=start_method,
@@ -122,7 +130,7 @@ def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
                      (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
     saved_env = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
     silenced = _quiet_torch_loggers()
-    watchdog = Watchdog(results_dir, log_dir, nproc, start + spec.timeout, grace)
+    watchdog = Watchdog(results_dir, log_dir, nproc, deadline, grace)
     watchdog.start()
     failures: dict = {}
     try:
@@ -131,7 +139,9 @@ def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
     except ChildFailedError as exc:
         failures = dict(exc.failures)
     except (KeyboardInterrupt, SignalException):
-        outcome.interrupted = True
+        # the watchdog's own stop of an agent left waiting by workers that are all
+        # gone is not the user's interrupt
+        outcome.interrupted = not watchdog.agent_interrupted
     except Exception as exc:  # rendezvous errors, ...
         outcome.launcher_error = f"{type(exc).__name__}: {exc}"
     finally:
@@ -155,8 +165,9 @@ def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
     outcome.ranks = _rank_results(nproc, results_dir, log_dir, watchdog, failures, outcome)
     if any(not r.ok for r in outcome.ranks):
         outcome.log_dir = log_dir  # kept: the full story of what went wrong
-        shutil.rmtree(results_dir, ignore_errors=True)
-    else:
+        if own_workdir:
+            shutil.rmtree(results_dir, ignore_errors=True)
+    elif own_workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     return outcome
 
@@ -166,6 +177,13 @@ def _rank_results(nproc, results_dir, log_dir, watchdog: Watchdog, failures: dic
     records = read_records(results_dir)
     out = []
     now = time.time()
+    readings = {}
+    for rank in range(nproc):
+        if rank in watchdog.alone:
+            readings[rank] = watchdog.alone[rank]
+        else:
+            readings[rank] = forensics.read_stack(forensics.stderr_lines(log_dir, rank))
+    waited = _waiting_ranks(nproc, records, watchdog, readings)
     for rank in range(nproc):
         rec = records.get(rank)
         if rec is not None and rec.final and rec.result is not None:
@@ -179,6 +197,8 @@ def _rank_results(nproc, results_dir, log_dir, watchdog: Watchdog, failures: dic
         fail = failures.get(rank)
         if rank in watchdog.alone:
             res.status = RankStatus.HUNG
+        elif rank in waited:
+            res.status = RankStatus.WAITING
         elif rank in watchdog.killed:
             res.status = RankStatus.HUNG if watchdog.reason == StopReason.DEADLINE \
                 else RankStatus.STOPPED
@@ -186,20 +206,36 @@ def _rank_results(nproc, results_dir, log_dir, watchdog: Watchdog, failures: dic
             res.status = RankStatus.CRASHED
             res.exitcode = fail.exitcode
             res.exit_text = forensics.describe_exit(fail.exitcode)
+        elif rank in watchdog.gone and not (failures or outcome.interrupted):
+            # torch's agent lists only non-zero exits, and stops the other workers when
+            # one fails; with no failure listed, this one left on its own with code 0
+            res.status = RankStatus.CRASHED
+            res.exitcode = 0
+            res.exit_text = "its process exited with code 0 before it finished (os._exit?)"
         elif failures or outcome.interrupted or outcome.launcher_error:
             res.status = RankStatus.STOPPED
         else:
             res.status = RankStatus.HUNG
-        if res.failure is not None and res.status in (RankStatus.STOPPED, RankStatus.HUNG):
+        if res.failure is not None and res.status in (RankStatus.STOPPED, RankStatus.HUNG,
+                                                       RankStatus.WAITING):
             res.status = RankStatus.FAILED  # it raised first; the stop only followed
-        text = forensics.stderr_lines(log_dir, rank)
-        if rank in watchdog.alone:
-            reading = watchdog.alone[rank]
-        else:
-            reading = forensics.read_stack(text)
+        reading = readings.get(rank)
         if res.status == RankStatus.CRASHED:
-            res.last_words = forensics.summarize_stderr(text)
+            res.last_words = forensics.summarize_stderr(forensics.stderr_lines(log_dir, rank))
         elif reading is not None:
             res.stuck_at, res.collective = reading.frame, reading.collective
         out.append(res)
     return out
+
+
+def _waiting_ranks(nproc: int, records: dict, watchdog: Watchdog, readings: dict) -> set:
+    """Ranks the watchdog killed while they waited for a peer: at one of the tool's
+    meeting points, or blocked in a collective, while some other rank was not
+    waiting (it had ended, crashed, finished, or was busy elsewhere). When every
+    unfinished rank waits in a collective, none of them is the one being waited
+    for: they are all hung."""
+    killed = set(watchdog.killed) - set(watchdog.alone)
+    waiting = {rank for rank in killed if rank in watchdog.waiting
+               or (readings.get(rank) is not None and readings[rank].waits_for_peers)}
+    others = [rank for rank in range(nproc) if rank not in waiting]
+    return waiting if others else set()

@@ -12,6 +12,7 @@ script mode's spec has too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
@@ -88,7 +89,66 @@ class OptimizerType(RefType):
         return super().convert(value, param, ctx)
 
 
+class FiniteFloatRange(click.FloatRange):
+    """click's FloatRange, which lets ``nan`` and ``inf`` through (every comparison
+    with nan is false): a number, finite, in range."""
+
+    def convert(self, value, param, ctx):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return super().convert(value, param, ctx)  # click's own message
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return super().convert(number, param, ctx)
+
+
 SIZE, SHAPE, REF, OPTIMIZER = SizeType(), ShapeType(), RefType(), OptimizerType()
+
+MAX_TIMEOUT = 86400.0  # one day: a preflight is minutes; a typo of a few zeros is not
+
+# How many ranks one machine may run. Each local rank is a process forked from the
+# launcher (torch imported once): 90 MiB of its own at rest (PSS, torch 2.13, CPU),
+# more with the script's model and data; 256 MiB per rank leaves room for a small
+# model. Whatever the memory, at most RANK_CEILING: a node has 8 or 16 GPUs, and more
+# processes on one machine than that emulate nothing a real job runs.
+RANK_MEMORY = 256 * 2**20
+RANK_CEILING = 64
+
+
+def available_memory(meminfo: str = "/proc/meminfo") -> Optional[int]:
+    try:
+        with open(meminfo) as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def rank_capacity(meminfo: str = "/proc/meminfo") -> tuple[int, str]:
+    """``(the most local ranks this machine may run, why)``."""
+    avail = available_memory(meminfo)
+    if avail is None:
+        return RANK_CEILING, f"at most {RANK_CEILING} ranks on one machine"
+    by_memory = max(1, avail // RANK_MEMORY)
+    gib = avail / 2**30
+    if by_memory < RANK_CEILING:
+        return by_memory, (f"{gib:.1f} GiB of memory available here, about "
+                           f"{RANK_MEMORY // 2**20} MiB per rank")
+    return RANK_CEILING, (f"at most {RANK_CEILING} ranks on one machine ({gib:.1f} GiB "
+                          f"available)")
+
+
+def check_capacity(gpus: Optional[int], meminfo: str = "/proc/meminfo") -> None:
+    """``--gpus N`` processes must fit on this machine (one line and exit 2 if not)."""
+    if gpus is None:
+        return
+    cap, why = rank_capacity(meminfo)
+    if gpus > cap:
+        fail(f"--gpus {gpus}: this machine can run at most {cap} ranks ({why}); use --gpus "
+             f"{cap} or fewer, or run the preflight under torchrun/srun across machines")
 
 
 @dataclass(frozen=True)
@@ -120,6 +180,7 @@ class PreflightOptions:
     timeout: float = 120.0
     bandwidth_size: Optional[int] = None
     output_format: str = "text"
+    allow_unsandboxed: bool = False  # run even where no OS sandbox can be set up
 
     @property
     def custom_optimizer(self) -> bool:
@@ -204,6 +265,8 @@ class RunSpec:
     launched_by: str = "ddpcheck"  # or "torchrun" / "slurm": this process is the rank
     gather: bool = False  # under a launcher: gather every rank's result on every rank
     threads: Optional[int] = None
+    box: Optional[str] = None  # the run's own folder: its writes are not the user's
+    redirect: bool = False  # no OS sandbox: redirect Python-level writes into box/scratch
 
 
 def model_spec(opts: PreflightOptions) -> Optional[ModelSpec]:

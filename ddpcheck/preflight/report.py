@@ -20,6 +20,7 @@ from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check
 from ddpcheck.preflight.memfit import StepMemory
 from ddpcheck.preflight.results import MemoryResult, RankResult, to_json_dict
 from ddpcheck.preflight.units import format_bytes as fb
+from ddpcheck.preflight.writes import writes_table
 
 MAX_WIDTH = 100
 MIN_WIDTH = 60
@@ -56,6 +57,10 @@ class PreflightReport:
     grad_accum: int = 1
     ranks: list[RankResult] = field(default_factory=list)
     worker_logs: Optional[str] = None
+    sandbox: str = ""  # how the run was isolated (one line; first when there was none)
+    unsandboxed: bool = False  # no OS sandbox: the report says so on its first line
+    degraded: bool = False  # a weaker sandbox than bwrap's (Landlock, or none)
+    writes: list = field(default_factory=list)  # writes.Write: what the user's code changed
 
 
 def terminal_width() -> int:
@@ -203,6 +208,12 @@ def memory_facts(report: PreflightReport) -> list[tuple[str, str]]:
 def render_text(report: PreflightReport, width: Optional[int] = None) -> str:
     width = width or terminal_width()
     lines = [_wrap(report.headline, width), ""]
+    if report.sandbox and report.degraded:
+        # the full sandbox goes without saying (json has it); a weaker one is said
+        if report.unsandboxed:
+            lines = [_wrap(report.sandbox, width)] + lines
+        else:
+            lines.insert(1, _wrap(report.sandbox, width))
     lines.append(checks_table(report.checks, width))
     arith = report.arithmetic
     if arith:
@@ -214,6 +225,7 @@ def render_text(report: PreflightReport, width: Optional[int] = None) -> str:
                                 "and what drop_last=True would drop per rank:", width),
                       _table_with_note(arith.guide, arith.guide_headers, width)]
     lines += memory_tables(report, width)
+    lines += writes_table(report.writes)
     counts = {s: sum(1 for c in report.checks if c.status == s) for s in (FAIL, WARN, PASS)}
     summary = ", ".join(f"{n} {s.value}" for s, n in counts.items() if n) or "no checks"
     lines += ["", f"{summary} -> exit {report.exit_code} ({report.total_seconds:.1f} s)"]
@@ -234,6 +246,8 @@ def report_dict(report: PreflightReport) -> dict:
         "timing": {"total_seconds": report.total_seconds,
                    "workers_seconds": report.workers_seconds},
         "worker_logs": report.worker_logs,
+        "sandbox": report.sandbox,
+        "writes": [to_json_dict(w) for w in report.writes],
         "exit_code": report.exit_code,
     }
     if report.arithmetic:

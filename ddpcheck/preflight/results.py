@@ -19,6 +19,7 @@ from typing import Any, Optional
 
 from ddpcheck.preflight.forensics import Frame
 from ddpcheck.preflight.memfit import Confirmation, MemoryFit, StepMemory
+from ddpcheck.preflight.writes import Write
 
 
 class RankStatus(str, enum.Enum):
@@ -28,6 +29,7 @@ class RankStatus(str, enum.Enum):
     CRASHED = "crashed"  # died without a result (a signal, os._exit, an abort)
     HUNG = "hung"  # no progress until the deadline; killed
     STOPPED = "stopped"  # killed because another rank failed first
+    WAITING = "waiting"  # killed while it waited for a peer that never came (not hung)
 
 
 class FailureKind(str, enum.Enum):
@@ -159,6 +161,7 @@ class RankResult:
     bandwidth: Optional[BandwidthResult] = None
     memory: Optional[MemoryResult] = None
     everyone: list[RankResult] = field(default_factory=list)  # under a launcher: every rank's
+    writes: list[Write] = field(default_factory=list)  # what the user's code wrote here
 
     @property
     def finished(self) -> bool:

@@ -62,7 +62,8 @@ def failure_checks(results: list[RankResult], timeout: float,
             and r.failure.kind == FailureKind.PEER_LOST]
     crashed = [r for r in results if r.status == RankStatus.CRASHED]
     hung = [r for r in results if r.status == RankStatus.HUNG]
-    stopped = [r for r in results if r.status == RankStatus.STOPPED]
+    # stopped because another rank failed or ended, or waiting for it: not the cause
+    stopped = [r for r in results if r.status in (RankStatus.STOPPED, RankStatus.WAITING)]
 
     # the first real failure, grouped over ranks that raised the same thing
     seen: dict = {}
@@ -89,7 +90,10 @@ def failure_checks(results: list[RankResult], timeout: float,
 
     for r in crashed:
         tail = f"; its last words: {r.last_words}" if r.last_words else ""
-        others = (f" ({ranks_text([s.rank for s in stopped])} stopped by the launcher)"
+        waited = [s for s in stopped if s.status == RankStatus.WAITING]
+        others = ("; " + "; ".join(f"rank {s.rank} waited for it {_where(s)}" for s in waited)
+                  if waited else
+                  f" ({ranks_text([s.rank for s in stopped])} stopped by the launcher)"
                   if stopped else "")
         out.append(Check(
             CheckId.RANK_CRASHED, FAIL,

@@ -33,6 +33,14 @@ def prepare_process(spec: WorkerSpec, local_world: int) -> None:
         # sits in a C++ collective.
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, signal.SIG_DFL)
+        if getattr(spec, "redirect", False):
+            # no PID namespace around the run: die with the launcher, whatever kills it
+            try:
+                import ctypes
+
+                ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+            except (OSError, AttributeError):
+                pass
     try:  # a segfault then leaves Python's stack in this rank's log
         faulthandler.enable(file=sys.__stderr__ or sys.stderr)
         if spec.launched_by == "ddpcheck":
@@ -47,6 +55,52 @@ def prepare_process(spec: WorkerSpec, local_world: int) -> None:
     torch.set_num_threads(threads)
 
 
+def user_line() -> str:
+    """``file:line`` of the innermost frame of the user's code on this thread's stack
+    (the model factory, the sample or loss function), else ""."""
+    from ddpcheck.preflight.forensics import Frame
+
+    frame = sys._getframe(1)
+    while frame is not None:
+        here = Frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
+        if not frame.f_code.co_filename.startswith("<") and here.is_user:
+            return str(here).rsplit(" in ", 1)[0]
+        frame = frame.f_back
+    return ""
+
+
+def watch_writes(spec: RunSpec):
+    """Record the writes of the user's code in this rank (and, without an OS sandbox,
+    redirect them into the run's scratch folder). Returns the undo."""
+    import torch
+
+    from ddpcheck.preflight.writes import WriteRecorder
+
+    scratch_dir = os.path.join(spec.box, "scratch") if spec.box else None
+    scratch = None
+    if spec.redirect and scratch_dir:
+        from ddpcheck.preflight.script.scratch import Scratch
+
+        scratch = Scratch(scratch_dir, [os.getcwd()], user_line)
+        scratch.install(torch)
+    # the preflight's own files (progress records, logs) are not the user's writes
+    recorder = WriteRecorder(user_line, own=(spec.box or "", spec.results_dir or ""))
+    recorder.install(torch)
+
+    def undo() -> list:
+        from ddpcheck.preflight.writes import Write
+
+        recorder.uninstall()
+        if scratch is not None:
+            scratch.uninstall()
+        out = [Write(w.path, w.kind, where=w.where, count=w.count)
+               for w in (scratch.writes if scratch is not None else [])]
+        seen = {(w.kind, w.path) for w in out}
+        return out + [w for w in recorder.writes if (w.kind, w.path) not in seen]
+
+    return undo
+
+
 def run_rank(spec: RunSpec) -> dict:
     """The per-rank entry point (a plain module-level function: spawn can pickle it).
     Returns the result as json (elastic_launch hands return values back by pickle)."""
@@ -58,8 +112,10 @@ def run_rank(spec: RunSpec) -> dict:
     progress.stage("starting the worker process")
     result = RankResult(rank, pid=os.getpid())
     group = None
+    unwatch = None
     try:
         prepare_process(spec, local_world)
+        unwatch = watch_writes(spec)
         import torch.distributed as dist
 
         from ddpcheck.preflight import collectives
@@ -94,7 +150,10 @@ def run_rank(spec: RunSpec) -> dict:
             progress.stage("gathering results")
             votes = collectives.agree(group, "gathering results", info=result)
             result.everyone = [v["info"] for v in votes]
-    except Exception as exc:
+    except (Exception, KeyboardInterrupt, SystemExit) as exc:
+        # KeyboardInterrupt / SystemExit here come from the user's code (a real Ctrl-C
+        # kills a worker: its SIGINT is the default action): a failure to report, not a
+        # way out that torch's worker wrapper would turn into a silent exit 0
         from ddpcheck.preflight.collectives import PeerLost
 
         kind = FailureKind.PEER_LOST if isinstance(exc, PeerLost) else FailureKind.ERROR
@@ -102,6 +161,8 @@ def run_rank(spec: RunSpec) -> dict:
         result.status = RankStatus.FAILED
         result.stage = progress.current
     finally:
+        if unwatch is not None:
+            result.writes = unwatch()
         if group is not None:
             from ddpcheck.preflight import collectives
 

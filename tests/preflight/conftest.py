@@ -72,13 +72,31 @@ class Run:
         return rows[0]
 
 
+def run_in_this_process(mode, opts, steps, script_args, folder, nodes=None):
+    """The run the sandbox's inner process makes (:mod:`ddpcheck.preflight.inside`),
+    made here instead: for tests of what the run finds (torch imported once, workers
+    forked from the test process, GPU counts and host memory can be faked). The
+    sandbox itself is tested through the real command (test_sandbox.py, script mode,
+    ``preflight_cli``)."""
+    from ddpcheck.preflight import command
+    from ddpcheck.preflight.script.command import run_script_preflight
+
+    if mode == "script":
+        return run_script_preflight(opts, steps, script_args, nodes=nodes)
+    return command.run_preflight(opts)
+
+
 @pytest.fixture
 def preflight_inproc(monkeypatch, tmp_path):
-    """Run `ddpcheck preflight ARGS` inside the test process (torch imported once,
-    workers forked from here); asserts that no worker process survives."""
+    """Run `ddpcheck preflight ARGS` inside the test process, without the sandbox's
+    own process (:func:`run_in_this_process`); asserts that no worker process
+    survives."""
     from click.testing import CliRunner
 
+    from ddpcheck.preflight import command
     from ddpcheck.preflight.command import preflight
+
+    monkeypatch.setattr(command, "run_sandboxed", run_in_this_process)
 
     monkeypatch.chdir(REPO)
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID"):

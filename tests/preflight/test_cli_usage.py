@@ -1,4 +1,10 @@
-"""Bad input: one line on stderr, exit 2, no traceback, no process started."""
+"""Bad input: one line on stderr, exit 2, no traceback, no process started.
+
+The command's checks run in-process here: the run itself (which normally happens
+in the sandbox's own process, :mod:`ddpcheck.preflight.inside`) is called
+directly, so GPU counts can be faked; starting workers is an error.
+tests/preflight/test_sandbox.py checks the same errors through the real
+sandboxed command."""
 
 from __future__ import annotations
 
@@ -21,8 +27,13 @@ def invoke(monkeypatch):
     def boom(*a, **k):
         raise AssertionError("a usage error must not start workers")
 
+    import ddpcheck.preflight.command as command
     import ddpcheck.preflight.launch as launch
+
+    from .conftest import run_in_this_process
+
     monkeypatch.setattr(launch, "run_local", boom)
+    monkeypatch.setattr(command, "run_sandboxed", run_in_this_process)
 
     def run(*args):
         result = CliRunner().invoke(preflight, list(args))
@@ -43,7 +54,16 @@ def invoke(monkeypatch):
      "smaller than 4 GPUs x grad-accum 1"),
     (["--gpus", "2", "--grad-accum", "0"], "'--grad-accum': 0 is not"),
     (["--gpus", "2", "--base-lr", "0.1"], "--base-lr needs --base-batch"),
-    (["--gpus", "2", "--timeout", "0"], "'--timeout': 0.0 is not in the range x>0"),
+    (["--gpus", "2", "--timeout", "0"], "'--timeout': 0.0 is not in the range 0<x<=86400.0"),
+    (["--gpus", "2", "--timeout", "nan"], "'--timeout': 'nan' is not a finite number"),
+    (["--gpus", "2", "--timeout", "inf"], "'--timeout': 'inf' is not a finite number"),
+    (["--gpus", "2", "--timeout", "-inf"], "'--timeout': '-inf' is not a finite number"),
+    (["--gpus", "2", "--timeout", "1e9"], "'--timeout': 1000000000.0 is not in the range"),
+    (["--gpus", "2", "--timeout", "soon"], "'soon' is not a valid float"),
+    (["--gpus", "2", "--base-batch", "8", "--base-lr", "nan"], "'--base-lr': 'nan' is not a finite"),
+    (["--gpus", "2", "--safety-margin", "nan"], "'--safety-margin': 'nan' is not a finite"),
+    (["--gpus", "100000", "--dataset-size", "10"], "--gpus 100000: this machine can run at most"),
+    (["--gpus", "2", "--"], "nothing to run after --: give SCRIPT"),
     (["--gpus", "2", "--safety-margin", "1"], "'--safety-margin': 1.0 is not in the range 0<=x<1"),
     (["--gpus", "2", *TINY, "--amp", "fp8"], "Invalid value for '--amp'"),
     (["--gpus", "2", *TINY, "--optimizer", "lion"], "'lion': use adamw, adam, sgd, or MODULE:FN"),

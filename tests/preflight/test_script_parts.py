@@ -223,7 +223,7 @@ def test_every_preflight_option_is_either_shared_or_factory_only():
     from ddpcheck.preflight.options import PreflightOptions
     from ddpcheck.preflight.script.command import FACTORY_ONLY, factory_only_set
 
-    shared = {"gpus", "backend", "timeout", "output_format"}
+    shared = {"gpus", "backend", "timeout", "output_format", "allow_unsandboxed"}
     names = {f.name for f in dataclasses.fields(PreflightOptions)}
     assert set(FACTORY_ONLY) | shared == names and not set(FACTORY_ONLY) & shared
     assert factory_only_set(PreflightOptions(gpus=2, timeout=5.0)) == []

@@ -39,6 +39,36 @@ def factory_only_set(opts: PreflightOptions) -> list[str]:
     return [_flag(name) for name in FACTORY_ONLY if getattr(opts, name) != defaults[name]]
 
 
+def check_script_usage(opts: PreflightOptions, script_args: list[str]) -> Optional[str]:
+    """The usage checks that need neither torch nor the user's code (run before the
+    sandbox starts); returns the script's folder (None for ``-m``: the package is
+    found from the working folder, inside the sandbox, since finding it imports it)."""
+    given = factory_only_set(opts)
+    if given:
+        fail(f"{given[0]} is for the factory mode; with -- SCRIPT the preflight reads "
+             f"sizes, batches, the model and its training step from the script itself")
+    from ddpcheck.preflight import envdetect
+    from ddpcheck.preflight.options import check_capacity
+    from ddpcheck.preflight.script.launch import TargetError, resolve_target
+
+    if script_args[0] == "-m":
+        if len(script_args) < 2:
+            fail("-m needs a module name: -- -m mypkg.train [ARGS...]")
+        folder = None
+    else:
+        try:
+            folder = resolve_target(list(script_args)).folder
+        except TargetError as exc:
+            fail(str(exc))
+    try:
+        launched = envdetect.detect_launched()
+    except envdetect.LaunchEnvError as exc:
+        fail(str(exc))
+    if launched is None:
+        check_capacity(opts.gpus)
+    return folder
+
+
 @dataclass
 class ScriptSetup:
     """What this run is, settled before anything starts (usage errors come first)."""
@@ -56,13 +86,19 @@ class ScriptSetup:
 
 
 def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
-                         script_args: list[str], nodes: Optional[int] = None) -> int:
+                         script_args: list[str], nodes: Optional[int] = None, box=None,
+                         deadline: Optional[float] = None) -> int:
     """``opts``: the parsed options (click checked each value's range); ``steps``:
     ``--steps``, None for the default; ``script_args``: what followed ``--``;
-    ``nodes``: ``--nodes M`` (the ranks split over M emulated nodes)."""
+    ``nodes``: ``--nodes M`` (the ranks split over M emulated nodes); ``box``: the run's
+    :class:`~ddpcheck.preflight.sandbox.Sandbox` (this runs inside it); ``deadline``:
+    when the ranks must have finished (``time.time()``)."""
     t0 = time.time()
+    # what the sandbox's layers hold now is not the script's (finding a -m target may
+    # import its package: that is the script's)
+    watched = _watch_changes(box)
     setup = _setup(opts, steps, script_args, nodes or 1)
-    outcome = _run(setup, opts.timeout)
+    outcome = _run(setup, opts.timeout, box, deadline)
     if outcome is None:
         return 0  # a rank other than 0 under torchrun/srun: rank 0 prints the verdict
     run, one_process, how = outcome
@@ -78,7 +114,12 @@ def run_script_preflight(opts: PreflightOptions, steps: Optional[int],
     ended_early = any(f is None or f.ending.value not in ("finished", "exited")
                       for f in run.facts)
     judging.link_lint(judgement, _lint(setup.target, judgement), ended_early)
-    report = _report(setup, run, judgement, one_process, how, time.time() - t0)
+    if box is not None and run.log_dir:
+        from ddpcheck.preflight import supervisor
+
+        supervisor.write_status(box.box, kept_logs=run.log_dir)
+    report = _report(setup, run, judgement, one_process, how, time.time() - t0,
+                     _writes(run, watched()), box)
     click.echo(render.render_json(report) if opts.output_format == "json"
                else render.render_text(report))
     return report.exit_code
@@ -133,7 +174,7 @@ def _setup(opts: PreflightOptions, steps: Optional[int], script_args: list,
                        gpus_here < per_node or backend.device == "cpu")
 
 
-def _run(setup: ScriptSetup, timeout: float):
+def _run(setup: ScriptSetup, timeout: float, box=None, deadline: Optional[float] = None):
     """Run the script: as this rank under torchrun/srun, else as one process (DataParallel
     or plain) or as ranks. (run, one_process, how), or None on a rank other than 0."""
     import torch
@@ -143,7 +184,7 @@ def _run(setup: ScriptSetup, timeout: float):
 
     if setup.launched:
         run = script_launch.run_in_launcher(setup.target, setup.steps, setup.cuda_stand_in,
-                                            timeout, setup.launched)
+                                            timeout, setup.launched, box=box, deadline=deadline)
         launched = setup.launched
         if launched.rank != 0:
             return None
@@ -158,12 +199,12 @@ def _run(setup: ScriptSetup, timeout: float):
     method = "fork" if fork_safe else "spawn"
     plan = plan_processes(setup.target.path) if setup.nodes == 1 else None
     one_process = plan is not None and plan.shape != ProcessShape.RANKS
-    run = _launch(script_launch, setup, timeout, method, one_process)
+    run = _launch(script_launch, setup, timeout, method, one_process, box, deadline)
     if one_process and run.facts and run.facts[0] is not None and run.facts[0].wants_ranks:
         # the script started a process group after all: run it as ranks
         one_process = False
         plan.why += "; it started a process group when run, so it ran again as ranks"
-        run = _launch(script_launch, setup, timeout, method, False)
+        run = _launch(script_launch, setup, timeout, method, False, box, deadline)
     if one_process:
         return run, True, (f"one process driving {setup.world} devices ({plan.why}), started "
                            f"by torch's elastic_launch in {run.elapsed:.1f} s")
@@ -185,11 +226,14 @@ def _note(setup: ScriptSetup, one_process: bool) -> str:
     return f"{why}: {setup.per_node} CPU processes stand in for {setup.per_node} GPUs"
 
 
-def _report(setup: ScriptSetup, run, judgement, one_process: bool, how: str, seconds: float):
+def _report(setup: ScriptSetup, run, judgement, one_process: bool, how: str, seconds: float,
+            writes: list, box=None):
     from ddpcheck.preflight.script.report import ScriptReport
 
+    unsandboxed = box is not None and box.level.value == "none"
     target, world, backend = setup.target, setup.world, setup.backend
-    headline = (f"ddpcheck preflight -- {target.display}{' ' if target.argv else ''}"
+    headline = (("NO SANDBOX: " if unsandboxed else "")
+                + f"ddpcheck preflight -- {target.display}{' ' if target.argv else ''}"
                 f"{' '.join(target.argv)}: "
                 + (f"1 process, {world} devices, " if one_process else
                    f"{world} rank{'s' if world != 1 else ''}, ")
@@ -201,25 +245,47 @@ def _report(setup: ScriptSetup, run, judgement, one_process: bool, how: str, sec
         device=backend.device, cuda_stand_in=setup.cuda_stand_in, steps=setup.steps,
         verdicts=list(judgement.verdicts), lint=list(judgement.lint),
         lint_error=judgement.lint_error,
-        writes=[dict(vars(w), rank=f.rank) for f in run.facts if f is not None
-                for w in f.writes],
+        writes=writes,
         ranks=[f.to_dict() if f is not None else _no_report(i, run)
                for i, f in enumerate(run.facts)],
         seconds=seconds, workers_seconds=run.elapsed, worker_logs=run.log_dir,
-        exit_code=judgement.exit_code)
+        exit_code=judgement.exit_code, sandbox=box.summary() if box is not None else "",
+        unsandboxed=unsandboxed, degraded=box is not None and not box.isolated_processes)
 
 
 def _launch(script_launch, setup: ScriptSetup, timeout: float, method: str,
-            one_process: bool):
+            one_process: bool, box=None, deadline: Optional[float] = None):
     run = script_launch.launch_script(setup.target, setup.world, setup.steps,
                                       setup.cuda_stand_in, timeout, start_method=method,
-                                      one_process=one_process, nodes=setup.nodes)
+                                      one_process=one_process, nodes=setup.nodes, box=box,
+                                      deadline=deadline)
     if run.interrupted:
         click.echo("ddpcheck: interrupted; workers stopped", err=True)
         sys.exit(130)
     if run.launcher_error:
         fail(f"torch's elastic launcher failed before the workers ran: {run.launcher_error}")
     return run
+
+
+def _watch_changes(box):
+    """What the sandbox's upper layers hold before the ranks start; the returned
+    function lists what changed since (None: no overlays to read)."""
+    if box is None or not box.isolated_processes:
+        return lambda: None
+    from ddpcheck.preflight import sandbox as sandboxing
+
+    before = sandboxing.snapshot(box.trees)
+    return lambda: sandboxing.changes(box.trees, before, box.real_view)
+
+
+def _writes(run, changes) -> list:
+    """The report's list: every change the sandbox saw, with the rank and line that
+    made it where a rank recorded it."""
+    from ddpcheck.preflight import writes as recorded
+
+    by_rank = {f.rank: [(w, getattr(f, "node", None)) for w in f.writes]
+               for f in run.facts if f is not None}
+    return recorded.rows(recorded.join(changes, by_rank))
 
 
 def _no_report(rank: int, run) -> dict:

@@ -14,7 +14,7 @@ from ddpcheck.preflight.units import relative_path
 import enum
 import re
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Optional
 
 from ddpcheck.preflight.checks import FAIL, PASS, WARN, worst
@@ -340,8 +340,10 @@ def _replica_crash(main, replica, cause: str, at: str) -> Verdict:
 def _launcher_failures(facts: list, launched: list, timeout: float,
                        stop_reason: StopReason) -> list:
     out = []
+    waiting = [end for end in launched if end is not None and facts[end.rank] is None
+               and end.status == RankStatus.WAITING]
     for end in launched:
-        if end is None or facts[end.rank] is not None:
+        if end is None or facts[end.rank] is not None or end in waiting:
             continue
         if _hung(end, stop_reason):
             where = end.stuck_at + (f" in {end.collective}" if end.collective else "")
@@ -357,6 +359,19 @@ def _launcher_failures(facts: list, launched: list, timeout: float,
             out.append(_v(ScriptCheck.CRASH, FAIL, f"rank {end.rank} died ({end.exit_text})",
                           end.last_words or "no Python traceback (a crash in native code?)",
                           "rerun with --gpus 1 to see the full error", [end.rank]))
+    if waiting:
+        # waiting for a peer is not hanging: named beside the rank it waited for
+        said = "; ".join(f"rank {w.rank} waited for it" + (
+            f" in {w.collective}" if w.collective else "") + (
+            f" at {_at(w.stuck_at)}" if w.stuck_at else "") + " and was stopped"
+            for w in waiting)
+        if out:
+            out[0] = replace(out[0], detail=f"{out[0].detail}; {said}")
+        else:
+            out.append(_v(ScriptCheck.HANG, FAIL,
+                          f"{_ranks([w.rank for w in waiting])} waited for peers that never came",
+                          said, "see the other ranks' rows: one of them ended or went elsewhere",
+                          [w.rank for w in waiting]))
     return out
 
 

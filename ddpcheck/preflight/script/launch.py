@@ -8,7 +8,8 @@ torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
 MASTER_ADDR/PORT).
 
 Rank side, :func:`run_script_rank`: sets the script's own ``sys.argv`` and
-``sys.path[0]``, installs the observer and the scratch overlay, runs the
+``sys.path[0]``, installs the observer and the write recorder (and, only where
+no OS sandbox could be set up, the Python-level scratch redirection), runs the
 script with ``runpy`` as ``__main__`` (its own ``init_process_group`` runs
 unchanged, modulo the NCCL -> gloo switch on a machine without GPUs), then
 undoes every interception and writes its :class:`RankFacts` to the run's facts
@@ -104,11 +105,11 @@ class ScriptSpec:
     path: Optional[str]
     module: Optional[str]
     argv: tuple
-    folder: str  # the script's folder: its writes are redirected like the working folder's
+    folder: str  # the script's folder (the Python-level redirection treats it as the user's)
     steps: int
     cuda_stand_in: bool
     timeout: float
-    scratch: str  # this run's scratch overlay
+    scratch: str  # where the Python-level redirection puts writes (used when ``redirect``)
     facts_dir: Optional[str]  # where each rank leaves its facts (None under torchrun/srun)
     run_key: str  # prefix of this run's keys in the shared store
     results_dir: Optional[str] = None
@@ -119,6 +120,8 @@ class ScriptSpec:
     one_process: bool = False  # DataParallel / plain script: one process, `devices` devices
     devices: int = 1  # CUDA devices the one process drives (emulated on CPU)
     nodes: int = 1  # --nodes M: the ranks split over M emulated nodes
+    box: Optional[str] = None  # the run's own folder (the sandbox's box): never reported
+    redirect: bool = True  # no OS sandbox: redirect Python-level writes into ``scratch``
 
 
 # what torchrun sets for a worker; a one-process run starts the way `python train.py` does
@@ -236,18 +239,27 @@ def run_script_rank(spec: ScriptSpec) -> dict:
         )
         from ddpcheck.preflight.script.scratch import Scratch
         from ddpcheck.preflight.script.steer import PreflightStop, Steering
+        from ddpcheck.preflight.writes import WriteRecorder
 
         steering = Steering(spec.steps)
         observer = Observer(facts, steering, spec.deadline, spec.cuda_stand_in,
                             spec.run_key, measure_memory=True, devices=facts.devices,
                             one_process=spec.one_process)
-        scratch = Scratch(spec.scratch, [os.getcwd(), spec.folder], user_line)
+        if spec.redirect:
+            scratch = Scratch(spec.scratch, [os.getcwd(), spec.folder], user_line)
+        recorder = WriteRecorder(user_line, own=(spec.box, spec.scratch, spec.results_dir,
+                                                 spec.facts_dir))
         old_debug = dist.get_debug_level()
         # DDP names the parameters that got no gradient at INFO (DETAIL wraps the
         # group in checks that crash on some CPU builds)
         dist.set_debug_level(dist.DebugLevel.INFO)
-        scratch.install(torch)
+        if scratch is not None:
+            scratch.install(torch)
+        recorder.install(torch)
         observer.install()
+        exits = _ExitReport(spec, facts, observer, progress,
+                            lambda: _write_facts_of(recorder, scratch))
+        exits.install()
         where = ""
         try:
             progress.stage("running the script")
@@ -286,9 +298,12 @@ def run_script_rank(spec: ScriptSpec) -> dict:
             where = facts.crash.where if facts.crash else ""
             observer.announce_end(facts.ending.value, where)
             progress.stage("tearing down")
+            exits.uninstall()
             observer.uninstall()
-            scratch.uninstall()
-            facts.writes = list(scratch.writes)
+            recorder.uninstall()
+            if scratch is not None:
+                scratch.uninstall()
+            facts.writes = _write_facts_of(recorder, scratch)
             if spec.gather:
                 _post_facts(observer, facts)
             if dist.is_initialized():
@@ -319,6 +334,65 @@ def run_script_rank(spec: ScriptSpec) -> dict:
     _write_facts(spec.facts_dir, facts)
     progress.final(_rank_result(facts, "running the script"))
     return result
+
+
+def _write_facts_of(recorder, scratch) -> list:
+    """The rank's writes for its facts: the recorder's, and the redirection's where it
+    ran (it saw the path the script named before sending the write to scratch)."""
+    from ddpcheck.preflight.script.facts import WriteFact
+
+    out = list(scratch.writes) if scratch is not None else []
+    seen = {(w.kind, w.path) for w in out}
+    for w in recorder.writes:
+        if (w.kind, w.path) not in seen:
+            out.append(WriteFact(w.kind, w.path, w.where, True, w.count))
+    return out
+
+
+class _ExitReport:
+    """``os._exit`` in the script (on this rank's own process, not a forked child):
+    leave this rank's facts and final progress record, and tell the peers it ended,
+    then exit as asked. Without it the launcher would learn nothing from the rank,
+    and a peer would wait for it in its next collective."""
+
+    def __init__(self, spec: ScriptSpec, facts: RankFacts, observer, progress, writes):
+        self.spec, self.facts, self.observer, self.progress = spec, facts, observer, progress
+        self.writes = writes
+        self.pid = os.getpid()
+        self.real = None
+        self.progress_started = time.time()
+
+    def install(self) -> None:
+        self.real = os._exit
+        os._exit = self._exit
+
+    def uninstall(self) -> None:
+        if self.real is not None:
+            os._exit = self.real
+
+    def _exit(self, code) -> None:
+        real = self.real or os.__dict__["_exit"]
+        if os.getpid() != self.pid:
+            real(code)
+        try:
+            from ddpcheck.preflight.script.observe import user_line
+
+            where = user_line()
+            self.facts.ending = Ending.EXITED if code == 0 else Ending.CRASHED
+            self.facts.exit_code = code
+            self.facts.ending_detail = f"os._exit({code})" + (f" at {where}" if where else "")
+            if code != 0:
+                self.facts.crash = CrashFact("os._exit", f"os._exit({code})", where, "")
+            self.observer.announce_end(self.facts.ending.value, where)
+            self.facts.writes = self.writes()
+            self.facts.seconds = time.time() - self.progress_started
+            if self.spec.gather:
+                _post_facts(self.observer, self.facts)
+            _write_facts(self.spec.facts_dir, self.facts)
+            self.progress.final(_rank_result(self.facts, "running the script"))
+        except BaseException:  # noqa: BLE001 - the script asked to exit: it does
+            pass
+        real(code)
 
 
 def _write_facts(facts_dir: Optional[str], facts: RankFacts) -> None:
@@ -404,31 +478,41 @@ def make_spec(target: ScriptTarget, steps: int, cuda_stand_in: bool, timeout: fl
 
 def launch_script(target: ScriptTarget, world: int, steps: int, cuda_stand_in: bool,
                   timeout: float, start_method: str = "fork", one_process: bool = False,
-                  nodes: int = 1) -> ScriptRun:
-    """Run the script on ``world`` local ranks through the preflight's launcher; the
-    scratch overlay and the facts are discarded after."""
+                  nodes: int = 1, box=None, deadline: Optional[float] = None) -> ScriptRun:
+    """Run the script on ``world`` local ranks through the preflight's launcher.
+
+    ``box``: the run's :class:`~ddpcheck.preflight.sandbox.Sandbox` (the progress files,
+    logs, facts and any redirected writes go into its box; the supervisor removes it);
+    None: a private temp folder of its own, removed here, and Python-level redirection.
+    ``deadline``: when the ranks are stopped (``time.time()``; default now + timeout).
+    """
     from ddpcheck.preflight import launch
 
-    workdir = tempfile.mkdtemp(prefix="ddpcheck-script-")
+    workdir = box.box if box is not None else tempfile.mkdtemp(prefix="ddpcheck-script-")
     scratch, facts_dir = os.path.join(workdir, "scratch"), os.path.join(workdir, "facts")
-    os.makedirs(scratch)
-    os.makedirs(facts_dir)
+    os.makedirs(scratch, exist_ok=True)
+    os.makedirs(facts_dir, exist_ok=True)
+    redirect = box is None or not box.isolated_processes
     try:
         # one process would take every core; forked from a parent that has run OpenMP
         # regions (a notebook, a test session), a new parallel region deadlocks (GNU
         # OpenMP is not fork-safe): one thread keeps it out of them
         spec = make_spec(target, steps, cuda_stand_in, timeout, scratch, facts_dir,
                          one_process=one_process, devices=world, nodes=nodes,
-                         threads=1 if one_process and start_method == "fork" else None)
+                         threads=1 if one_process and start_method == "fork" else None,
+                         box=workdir, redirect=redirect)
         # a rank that finished waits this long for the rest before they are stopped
         grace = max(5.0, min(20.0, timeout / 4))
         outcome = launch.run_local(1 if one_process else world, spec,
                                    start_method=start_method, grace=grace,
-                                   entrypoint=run_script_rank)
+                                   entrypoint=run_script_rank,
+                                   workdir=os.path.join(workdir, "launch") if box else None,
+                                   deadline=deadline)
         facts = [_read_facts(facts_dir, r.rank) if r.finished else None
                  for r in outcome.ranks]
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if box is None:
+            shutil.rmtree(workdir, ignore_errors=True)
     return _script_run(outcome, facts)
 
 
@@ -440,24 +524,28 @@ def _script_run(outcome: LaunchOutcome, facts: list) -> ScriptRun:
 
 
 def run_in_launcher(target: ScriptTarget, steps: int, cuda_stand_in: bool, timeout: float,
-                    launched) -> ScriptRun:
-    """This process is one rank of the user's torchrun/srun job: run the script here."""
+                    launched, box=None, deadline: Optional[float] = None) -> ScriptRun:
+    """This process is one rank of the user's torchrun/srun job: run the script here.
+    ``box``: this rank's sandbox (its own folder); None: a private temp folder."""
     launched.export()
-    scratch = os.path.join(tempfile.gettempdir(),
-                           f"ddpcheck-scratch-{os.environ.get('MASTER_PORT', '0')}-"
-                           f"{launched.rank}")
+    # private (0700, unpredictable name): never a path another user could guess and plant
+    workdir = box.box if box is not None else tempfile.mkdtemp(prefix="ddpcheck-rank-")
+    scratch = os.path.join(workdir, "scratch")
     os.makedirs(scratch, exist_ok=True)
     start = time.time()
-    spec = make_spec(target, steps, cuda_stand_in, timeout, scratch, None)
+    spec = make_spec(target, steps, cuda_stand_in, timeout, scratch, None, box=workdir,
+                     redirect=box is None or not box.isolated_processes)
     # every rank must use the same keys in the shared store
     run_key = os.environ.get("TORCHELASTIC_RUN_ID") or \
         f"{os.environ.get('MASTER_ADDR')}-{os.environ.get('MASTER_PORT')}"
-    spec = dataclasses.replace(spec, run_key=run_key, deadline=start + timeout, gather=True,
+    spec = dataclasses.replace(spec, run_key=run_key, gather=True,
+                               deadline=deadline if deadline is not None else start + timeout,
                                launched_by=launched.launcher)
     try:
         result = run_script_rank(spec)
     finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+        if box is None:
+            shutil.rmtree(workdir, ignore_errors=True)
     run = ScriptRun(elapsed=time.time() - start, start_method=launched.launcher)
     everyone = {d["rank"]: RankFacts.from_dict(d) for d in result.get("all") or []}
     everyone.setdefault(launched.rank, RankFacts.from_dict(result["facts"]))

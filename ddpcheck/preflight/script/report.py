@@ -12,7 +12,7 @@ from typing import Optional
 from tabulate import tabulate
 
 from ddpcheck.preflight.checks import FAIL, PASS, WARN
-from ddpcheck.preflight.units import relative_path
+from ddpcheck.preflight.writes import writes_table
 
 
 @dataclass
@@ -33,12 +33,15 @@ class ScriptReport:
     verdicts: list  # judge.Verdict, failures first
     lint: list  # judge.LintLink
     lint_error: Optional[str]
-    writes: list = field(default_factory=list)  # dicts: WriteFact fields and the rank
+    writes: list = field(default_factory=list)  # writes.Write rows: every change, by rank
     ranks: list = field(default_factory=list)  # RankFacts.to_dict() per rank
     seconds: float = 0.0
     workers_seconds: float = 0.0
     worker_logs: Optional[str] = None
     exit_code: int = 0
+    sandbox: str = ""  # how the run was isolated (sandbox.Sandbox.summary())
+    unsandboxed: bool = False  # no OS sandbox: the first line of the report says so
+    degraded: bool = False  # a weaker sandbox than bwrap's (Landlock, or none)
 
     def to_dict(self) -> dict:
         return {
@@ -50,7 +53,8 @@ class ScriptReport:
             "lint": [vars(x) for x in self.lint], "lint_error": self.lint_error,
             "writes": self.writes, "ranks": self.ranks,
             "timing": {"total_seconds": self.seconds, "workers_seconds": self.workers_seconds},
-            "worker_logs": self.worker_logs, "exit_code": self.exit_code,
+            "worker_logs": self.worker_logs, "sandbox": self.sandbox,
+            "exit_code": self.exit_code,
         }
 
 
@@ -69,6 +73,9 @@ def _wrap_rows(rows, widths) -> list:
 def render_text(result: ScriptReport) -> str:
     report = result.to_dict()
     lines = [result.headline, ""]
+    if result.sandbox and result.degraded:
+        # the full sandbox goes without saying (json has it); a weaker one is said
+        lines.insert(0 if result.unsandboxed else 1, result.sandbox)
     width = _width() - 10
     for v in report["verdicts"]:
         lines.append(textwrap.fill(v["title"], width, initial_indent=f"{v['status']:<6}",
@@ -79,15 +86,7 @@ def render_text(result: ScriptReport) -> str:
         if v["fix"]:
             lines.append(textwrap.fill("fix: " + v["fix"], width, initial_indent=" " * 6,
                                        subsequent_indent=" " * 11, break_on_hyphens=False))
-    writes = report.get("writes") or []
-    if writes:
-        lines += ["", "Writes kept out of your folders (redirected to scratch, then deleted):"]
-        rows = [(w["rank"], w["kind"], relative_path(w["path"]), w["where"],
-                 w["count"] if w["count"] > 1 else "") for w in writes[:20]]
-        lines.append(tabulate(rows, headers=("rank", "what", "path", "line", "times"),
-                              tablefmt="simple", disable_numparse=True))
-        if len(writes) > 20:
-            lines.append(f"... and {len(writes) - 20} more (--format json lists them all)")
+    lines += writes_table(report.get("writes") or [])
     lint = report.get("lint") or []
     lines += ["", f"ddpcheck lint {report['target']}:"]
     if report.get("lint_error"):

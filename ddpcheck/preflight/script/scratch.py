@@ -1,9 +1,13 @@
-"""Keep the script's file writes out of the user's folders (inside a rank only).
+"""Python-level write redirection: the fallback where no OS sandbox with overlays
+can be set up (:mod:`ddpcheck.preflight.sandbox`: the Landlock level, where the
+kernel refuses every other write, and the no-sandbox level, where nothing else
+protects the user's files). With bwrap's overlays nothing here is installed.
 
 While the script runs, the Python-level ways to write a file are wrapped:
 ``open`` / ``io.open`` / ``os.open`` with a write mode, ``os.makedirs`` /
 ``os.mkdir``, ``os.remove`` / ``os.unlink`` / ``os.rmdir``, ``os.rename`` /
-``os.replace``, ``shutil.rmtree`` and ``torch.save`` (whose C++ writer opens
+``os.replace``, ``os.chmod`` / ``os.chown`` / ``os.utime`` / ``os.truncate``,
+``os.link`` / ``os.symlink``, ``shutil.rmtree`` and ``torch.save`` (whose C++ writer opens
 the path itself). A write to a path the user owns goes to the same path under
 the preflight's scratch folder instead (an overlay: ``<scratch>/fs/<abs path>``),
 and reads and ``os.stat`` (so ``os.path.exists``/``isdir``) see the overlay
@@ -16,10 +20,10 @@ deletes the scratch folder afterwards; :class:`Scratch` records every write
 anywhere outside the system temp folder. /dev, /proc, /sys and the temp
 folder (outside those two) are left alone.
 
-Not covered (README, limits): writes from C/C++ code other than torch.save
-(h5py, some image libraries' encoders, native loggers), ``os.listdir``/glob
-of a directory (they see only the real folder), subprocesses the script
-starts.
+Not covered (docs: the preflight's limits, without a sandbox): writes from
+C/C++ code other than torch.save (h5py, some image libraries' encoders, native
+loggers), ``os.listdir``/glob of a directory (they see only the real folder),
+subprocesses the script starts.
 """
 
 from __future__ import annotations
@@ -214,6 +218,36 @@ class Scratch:
                 return real_fn(src, dst, *args, **kwargs)
             return rename_
 
+        def metadata(kind: str, real_fn):
+            """chmod / chown / utime / truncate of the user's file: applied to its copy
+            in the overlay (made first), never to the file itself."""
+            def meta_(path, *args, **kwargs):
+                mapped = scratch.overlay(path)
+                if mapped is None or kwargs.get("dir_fd") is not None:
+                    return real_fn(path, *args, **kwargs)
+                scratch.record(kind, path)
+                real = os.path.abspath(os.fsdecode(os.fspath(path)))
+                if not scratch._exists(mapped) and scratch._exists(real):
+                    if os.path.isdir(real):
+                        scratch._real["makedirs"](mapped, exist_ok=True)
+                    else:
+                        scratch.for_write(path, copy_existing=True)
+                return real_fn(mapped, *args, **kwargs)
+            return meta_
+
+        def linking(kind: str, real_fn):
+            def link_(src, dst, *args, **kwargs):
+                mapped = scratch.overlay(dst)
+                if mapped is None or kwargs:
+                    return real_fn(src, dst, *args, **kwargs)
+                scratch.record(kind, dst)
+                target = scratch.for_write(dst, copy_existing=False)
+                if kind == "link":  # a copy: a hard link would make the user's file writable
+                    shutil.copy2(scratch.for_read(src), target)
+                    return None
+                return real_fn(src, target, *args, **kwargs)
+            return link_
+
         real_rmtree = shutil.rmtree
 
         def rmtree_(path, *args, **kwargs):
@@ -231,6 +265,12 @@ class Scratch:
                    (os, "unlink", removing("remove", os.unlink)),
                    (os, "rmdir", removing("rmdir", os.rmdir)),
                    (os, "rename", renaming(os.rename)), (os, "replace", renaming(os.replace)),
+                   (os, "chmod", metadata("chmod", os.chmod)),
+                   (os, "chown", metadata("chown", os.chown)),
+                   (os, "utime", metadata("utime", os.utime)),
+                   (os, "truncate", metadata("truncate", os.truncate)),
+                   (os, "link", linking("link", os.link)),
+                   (os, "symlink", linking("symlink", os.symlink)),
                    (shutil, "rmtree", rmtree_)]
         if torch_module is not None:
             real_save = torch_module.save
