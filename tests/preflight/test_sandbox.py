@@ -248,8 +248,8 @@ def test_landlock_keeps_every_route_out_where_bwrap_cannot_run(short_tmp, monkey
     assert not [v for v in data["verdicts"] if v["check"] == "hang"]
     # routes the redirection cannot follow (C++ writers, other processes) are refused
     # by the kernel: the run says so instead of writing
-    crashes = " ".join(v["detail"] for v in data["verdicts"] if v["check"] == "crash")
-    assert "Permission denied" in crashes or "PermissionError" in crashes
+    crashes = " ".join((r.get("crash") or {}).get("message", "") for r in data["ranks"])
+    assert "Permission denied" in crashes
     _assert_nothing_left(marker, Path(extra["TMPDIR"]))
 
 
@@ -351,7 +351,7 @@ def test_os_exit_on_rank_1_is_named_not_the_rank_that_waited(short_tmp):
 
 @needs_overlay
 def test_a_deadlocked_dataloader_is_killed_at_the_timeout_with_its_workers(short_tmp):
-    proc, data = _script_run(short_tmp, "loader_deadlock.py", 12)
+    proc, data = _script_run(short_tmp, "loader_deadlock.py", 8)
     assert proc.returncode == 1
     hung = [v for v in data["verdicts"] if v["check"] == "hang"]
     assert sorted(r for v in hung for r in v["ranks"]) == [0, 1]
