@@ -179,19 +179,21 @@ class _Signals:
 
 
 def _inner_command(box: Sandbox) -> list[str]:
-    return list(box.command) + [sys.executable, "-m", "ddpcheck.preflight.inside",
-                                box.box]
+    """This interpreter, inside the sandbox, running :func:`inside.main`. ddpcheck is
+    found where this process found it, appended to the path (the user's own modules
+    come first, and nothing is added to the environment the script's processes see)."""
+    import ddpcheck
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(ddpcheck.__file__)))
+    code = (f"import sys; sys.path.append({root!r}); "
+            f"from ddpcheck.preflight.inside import main; sys.exit(main({box.box!r}))")
+    return list(box.command) + [sys.executable, "-c", code]
 
 
 def _inner_env(box: Sandbox, request: Request) -> dict:
     env = dict(os.environ)
     env.update(request.environ)
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    # the inner process imports ddpcheck from where this process did
-    import ddpcheck
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(ddpcheck.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     return env
 
 
