@@ -29,6 +29,7 @@ from ddpcheck.preflight.options import (
     FiniteFloatRange,
     PreflightOptions,
     RunSpec,
+    check_bandwidth_size,
     check_capacity,
     check_combinations,
     model_spec,
@@ -223,6 +224,7 @@ def check_usage(opts: PreflightOptions) -> None:
         return  # one process, nothing launched: --gpus only feeds the arithmetic
     if launched is None:
         check_capacity(opts.gpus)
+        check_bandwidth_size(opts.bandwidth_size, opts.gpus)
         if opts.gpus is not None:
             _data_part(opts, opts.gpus)
         try:

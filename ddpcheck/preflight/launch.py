@@ -202,6 +202,9 @@ def _rank_results(nproc, results_dir, log_dir, watchdog: Watchdog, failures: dic
         elif rank in watchdog.killed:
             res.status = RankStatus.HUNG if watchdog.reason == StopReason.DEADLINE \
                 else RankStatus.STOPPED
+        elif fail is not None and watchdog.reason == StopReason.DEADLINE \
+                and fail.exitcode == -signal.SIGKILL:
+            res.status = RankStatus.HUNG  # killed at the deadline before it said who it was
         elif fail is not None:
             res.status = RankStatus.CRASHED
             res.exitcode = fail.exitcode

@@ -13,6 +13,7 @@ script mode's spec has too.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Optional, Protocol
 
@@ -139,6 +140,20 @@ def rank_capacity(meminfo: str = "/proc/meminfo") -> tuple[int, str]:
                            f"{RANK_MEMORY // 2**20} MiB per rank")
     return RANK_CEILING, (f"at most {RANK_CEILING} ranks on one machine ({gib:.1f} GiB "
                           f"available)")
+
+
+def check_bandwidth_size(size: Optional[int], ranks: Optional[int],
+                         meminfo: str = "/proc/meminfo",
+                         nvidia: str = "/proc/driver/nvidia/gpus") -> None:
+    """``--bandwidth-size``: on a machine without GPUs every rank holds that buffer in
+    host memory, and all of them together must fit (one line and exit 2 if not)."""
+    if not size or not ranks or os.path.isdir(nvidia):
+        return
+    avail = available_memory(meminfo)
+    if avail is not None and size * ranks > avail:
+        fail(f"--bandwidth-size {size / 2**30:.1f} GiB: {ranks} ranks on CPU would hold "
+             f"{size * ranks / 2**30:.1f} GiB, and this machine has {avail / 2**30:.1f} GiB "
+             f"available")
 
 
 def check_capacity(gpus: Optional[int], meminfo: str = "/proc/meminfo") -> None:

@@ -97,6 +97,8 @@ class Watchdog(threading.Thread):
             now = time.time()
             self._note_gone(records, finals, now)
             if self._stopped or len(finals) + len(self.gone) >= self.nproc:
+                if self._stopped:
+                    self._kill_stragglers(records, finals)
                 if self._everyone_gone(records, finals):
                     self._all_gone_since = self._all_gone_since or now
                     if now - self._all_gone_since >= AGENT_PATIENCE:
@@ -148,6 +150,18 @@ class Watchdog(threading.Thread):
             if any(r not in finals and r not in self.gone for r in range(self.nproc)):
                 return rank
         return None
+
+    def _kill_stragglers(self, records, finals) -> None:
+        """After the stop, nothing unfinished may go on: a rank that started (or
+        wrote its first record) only after the stop is killed too."""
+        for rank, rec in records.items():
+            if rank not in finals and rank not in self.killed and rank not in self.gone \
+                    and not process_gone(rec.pid) and self._signal(rec.pid, signal.SIGKILL):
+                self.killed[rank] = rec.pid
+        final_pids = {records[r].pid for r in finals}
+        for child in multiprocessing.active_children():
+            if child.pid not in final_pids:
+                self._signal(child.pid, signal.SIGKILL)
 
     def _kill_lingering(self, records, finals) -> None:
         """A rank that wrote its final record but whose process does not exit (stuck
@@ -234,10 +248,10 @@ class Watchdog(threading.Thread):
                          and records[rank].waiting}
         # SIGUSR1 first: the worker's faulthandler writes every thread's stack to
         # its log, so the report can say where each rank was
-        for rank, pid in doomed.items():
-            if pid and rank not in self.alone:
-                self._signal(pid, signal.SIGUSR1)
-        time.sleep(0.5)
+        dumped = [self._signal(pid, signal.SIGUSR1) for rank, pid in doomed.items()
+                  if pid and rank not in self.alone]
+        if any(dumped):
+            time.sleep(0.5)  # faulthandler writes from a signal handler: give it a moment
         for rank, pid in doomed.items():
             if pid and self._signal(pid, signal.SIGKILL):
                 self.killed[rank] = pid

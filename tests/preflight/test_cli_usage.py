@@ -63,6 +63,7 @@ def invoke(monkeypatch):
     (["--gpus", "2", "--base-batch", "8", "--base-lr", "nan"], "'--base-lr': 'nan' is not a finite"),
     (["--gpus", "2", "--safety-margin", "nan"], "'--safety-margin': 'nan' is not a finite"),
     (["--gpus", "100000", "--dataset-size", "10"], "--gpus 100000: this machine can run at most"),
+    (["--gpus", "2", "--bandwidth-size", "64TiB"], "--bandwidth-size 65536.0 GiB: 2 ranks on CPU"),
     (["--gpus", "2", "--"], "nothing to run after --: give SCRIPT"),
     (["--gpus", "2", "--safety-margin", "1"], "'--safety-margin': 1.0 is not in the range 0<=x<1"),
     (["--gpus", "2", *TINY, "--amp", "fp8"], "Invalid value for '--amp'"),
@@ -130,3 +131,18 @@ def test_help_lists_the_examples():
     result = CliRunner().invoke(preflight, ["--help"])
     assert result.exit_code == 0
     assert "ddpcheck preflight --gpus 2 --dataset-size 8607" in result.output
+
+
+def test_gpus_are_capped_by_the_memory_available(tmp_path):
+    from ddpcheck.errors import UsageError
+    from ddpcheck.preflight.options import RANK_CEILING, check_capacity, rank_capacity
+
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       8388608 kB\nMemAvailable:    4194304 kB\n")  # 4 GiB
+    assert rank_capacity(str(meminfo))[0] == 16  # 256 MiB a rank
+    check_capacity(16, str(meminfo))
+    with pytest.raises(UsageError, match=r"--gpus 17: this machine can run at most 16 ranks "
+                                         r"\(4.0 GiB of memory available here"):
+        check_capacity(17, str(meminfo))
+    meminfo.write_text("MemAvailable:   1073741824 kB\n")  # 1 TiB: the ceiling decides
+    assert rank_capacity(str(meminfo))[0] == RANK_CEILING == 64

@@ -383,6 +383,23 @@ def test_a_launcher_stuck_outside_the_ranks_is_killed_by_the_supervisor(short_tm
     _assert_nothing_left(marker, tmp)
 
 
+def test_a_timeout_shorter_than_the_start_stops_every_rank(short_tmp):
+    """A rank that starts after the deadline fired is stopped too: no rank runs on to a
+    PASS past --timeout."""
+    env, marker = _env(TMPDIR=str(short_tmp))
+    proc, seconds = _preflight(["--gpus", "2", "--dataset-size", "100", "--timeout", "0.5",
+                                "--format", "json"], short_tmp, env)
+    assert seconds < 10.5 and proc.returncode == 1, proc.stdout + proc.stderr
+    checks = json.loads(proc.stdout)["checks"]
+    assert not [c for c in checks if c["id"] in ("collectives", "bandwidth")
+                and c["status"] == "PASS" and len(json.loads(proc.stdout)["ranks"]) == 2
+                and all(r["ok"] for r in json.loads(proc.stdout)["ranks"])]
+    assert [c for c in checks if c["status"] == "FAIL"]
+    left = marked_pids(marker)
+    kill_all(left)
+    assert left == []
+
+
 @needs_overlay
 def test_a_factory_raising_keyboardinterrupt_is_reported_in_time(short_tmp):
     project, tmp = short_tmp / "project", short_tmp / "tmp"
