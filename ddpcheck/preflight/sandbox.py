@@ -213,11 +213,16 @@ def remove_tree(path: str) -> None:
                 pass
 
 
+KEPT_LOGS = 10  # the workers' logs of this many failed runs stay; older ones go
+
+
 def sweep_stale(base: Optional[str] = None) -> list[str]:
-    """Remove run folders this user's earlier runs left when they were killed
-    (their process is gone); folders kept for their logs stay."""
+    """Remove run folders this user's earlier runs left when they were killed (their
+    process is gone), and folders kept for their logs beyond the :data:`KEPT_LOGS` most
+    recent ones."""
     base = base or tempfile.gettempdir()
     removed = []
+    kept = []
     try:
         entries = os.listdir(base)
     except OSError:
@@ -234,10 +239,16 @@ def sweep_stale(base: Optional[str] = None) -> list[str]:
                 mark = json.load(fh)
         except (OSError, ValueError):
             continue
+        if "kept" in mark:
+            kept.append((st.st_mtime, full))
+            continue
         pid = mark.get("pid")
         if not isinstance(pid, int) or (_proc_start(pid) is not None
                                         and _proc_start(pid) == mark.get("start")):
-            continue  # kept for its logs, or its run is still going
+            continue  # its run is still going
+        remove_tree(full)
+        removed.append(full)
+    for _, full in sorted(kept, reverse=True)[KEPT_LOGS:]:
         remove_tree(full)
         removed.append(full)
     return removed

@@ -84,7 +84,13 @@ def watch_writes(spec: RunSpec):
         scratch = Scratch(scratch_dir, [os.getcwd()], user_line)
         scratch.install(torch)
     # the preflight's own files (progress records, logs) are not the user's writes
-    recorder = WriteRecorder(user_line, own=(spec.box or "", spec.results_dir or ""))
+    spill = None
+    if spec.box:
+        os.makedirs(os.path.join(spec.box, "writes"), exist_ok=True)
+        spill = os.path.join(spec.box, "writes", f"rank{os.environ.get('RANK', '0')}."
+                                                 f"{os.getpid()}.jsonl")
+    recorder = WriteRecorder(user_line, own=(spec.box or "", spec.results_dir or ""),
+                             spill=spill)
     recorder.install(torch)
 
     def undo() -> list:
@@ -96,7 +102,7 @@ def watch_writes(spec: RunSpec):
         out = [Write(w.path, w.kind, where=w.where, count=w.count)
                for w in (scratch.writes if scratch is not None else [])]
         seen = {(w.kind, w.path) for w in out}
-        return out + [w for w in recorder.writes if (w.kind, w.path) not in seen]
+        return out + [w for w in recorder.collect() if (w.kind, w.path) not in seen]
 
     return undo
 

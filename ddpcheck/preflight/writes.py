@@ -17,6 +17,7 @@ leaves a change no rank recorded: its rank is unknown).
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
@@ -112,14 +113,18 @@ def _audit(event: str, args) -> None:
 
 
 class WriteRecorder:
-    """The writes this process (and the threads it runs) makes while active."""
+    """The writes this process (and the threads it runs) makes while active, and those of
+    the processes it forks (DataLoader workers): they inherit the hook and append what
+    they record to ``spill``, a file in the run's own folder read back by :meth:`collect`."""
 
-    def __init__(self, where: Callable[[], str], own: tuple = ()):
+    def __init__(self, where: Callable[[], str], own: tuple = (), spill: Optional[str] = None):
         self.where = where  # the user's script line of the current call ("" if none)
         self.own = tuple(os.path.realpath(p) for p in own if p)  # the preflight's folders
+        self.spill = spill
         self.writes: list[Write] = []
         self._index: dict = {}
         self._saved: list = []
+        self._pid = os.getpid()
 
     def record(self, kind: str, path, follow: bool = True) -> None:
         text = _text(path)
@@ -133,6 +138,9 @@ class WriteRecorder:
         where = self.where()
         if not where:
             return  # not the user's code: the preflight's own machinery, or torch's
+        if os.getpid() != self._pid:
+            self._spill(kind, full, where)
+            return
         key = (kind, full)
         found = self._index.get(key)
         if found is not None:
@@ -143,6 +151,45 @@ class WriteRecorder:
         write = Write(full, kind, where=where)
         self._index[key] = write
         self.writes.append(write)
+
+    def _spill(self, kind: str, full: str, where: str) -> None:
+        """In a forked child: one json line, appended in one write (atomic for a line)."""
+        if not self.spill:
+            return
+        busy, _local.busy = getattr(_local, "busy", False), True
+        try:
+            fd = os.open(self.spill, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, (json.dumps({"kind": kind, "path": full, "where": where})
+                              + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+        finally:
+            _local.busy = busy
+
+    def collect(self) -> list[Write]:
+        """This process's records and its forked children's."""
+        if self.spill:
+            try:
+                with open(self.spill) as fh:
+                    lines = fh.read().splitlines()
+            except OSError:
+                lines = []
+            for line in lines:
+                try:
+                    data = json.loads(line)
+                except ValueError:
+                    continue
+                key = (data["kind"], data["path"])
+                if key in self._index:
+                    self._index[key].count += 1
+                elif len(self.writes) < MAX_RECORDS:
+                    self._index[key] = Write(data["path"], data["kind"], where=data["where"])
+                    self.writes.append(self._index[key])
+            self.spill = None
+        return list(self.writes)
 
     def install(self, torch_module=None) -> None:
         global _active, _installed

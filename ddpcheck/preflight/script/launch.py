@@ -248,7 +248,8 @@ def run_script_rank(spec: ScriptSpec) -> dict:
         if spec.redirect:
             scratch = Scratch(spec.scratch, [os.getcwd(), spec.folder], user_line)
         recorder = WriteRecorder(user_line, own=(spec.box, spec.scratch, spec.results_dir,
-                                                 spec.facts_dir))
+                                                 spec.facts_dir),
+                                 spill=_spill_file(spec.box, rank))
         old_debug = dist.get_debug_level()
         # DDP names the parameters that got no gradient at INFO (DETAIL wraps the
         # group in checks that crash on some CPU builds)
@@ -343,10 +344,19 @@ def _write_facts_of(recorder, scratch) -> list:
 
     out = list(scratch.writes) if scratch is not None else []
     seen = {(w.kind, w.path) for w in out}
-    for w in recorder.writes:
+    for w in recorder.collect():
         if (w.kind, w.path) not in seen:
             out.append(WriteFact(w.kind, w.path, w.where, True, w.count))
     return out
+
+
+def _spill_file(box: Optional[str], rank: int) -> Optional[str]:
+    """Where the rank's forked children (DataLoader workers) leave their write records."""
+    if not box:
+        return None
+    folder = os.path.join(box, "writes")
+    os.makedirs(folder, exist_ok=True)
+    return os.path.join(folder, f"rank{rank}.{os.getpid()}.jsonl")
 
 
 class _ExitReport:
