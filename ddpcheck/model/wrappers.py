@@ -189,29 +189,65 @@ def renames_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
     return False
 
 
+def prefixes_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
+    """A key expression that gives the key DDP's `module.` prefix (the inverse
+    of `renames_key`): `"module." + k`, `f"module.{k}"`, `"module.{}".format(k)`,
+    `"module.%s" % k`, or a conditional one of these
+    (`k if k.startswith("module.") else "module." + k`)."""
+    if isinstance(key, cst.IfExp):
+        return prefixes_key(model, key.body, scope) or prefixes_key(model, key.orelse, scope)
+    if isinstance(key, cst.BinaryOperation):
+        if isinstance(key.operator, cst.Add):
+            return _is_prefix(model, key.left, scope)
+        if isinstance(key.operator, cst.Modulo):
+            text = constant_of(model, key.left, scope)
+            return isinstance(text, str) and text.startswith(PREFIX)
+    if isinstance(key, (cst.FormattedString, cst.ConcatenatedString)):
+        parts = key.parts if isinstance(key, cst.FormattedString) else ()
+        return bool(parts) and isinstance(parts[0], cst.FormattedStringText) and parts[0].value.startswith(PREFIX)
+    if isinstance(key, cst.Call) and isinstance(key.func, cst.Attribute) and key.func.attr.value == "format":
+        text = constant_of(model, key.func.value, scope)
+        return isinstance(text, str) and text.startswith(PREFIX)
+    if isinstance(key, cst.Name):
+        return any(a.value is not None and prefixes_key(model, a.value, a.ctx.function)
+                   for a in model.assignments(key.value, scope))
+    return False
+
+
 def strips_prefix(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool:
     """`expr` is a state dict whose keys lost the `module.` prefix: a dict
     comprehension renaming its keys, a helper that strips it, or a name
     holding one (or handed to torch's `consume_prefix_in_state_dict_if_present`)."""
+    return _renamed_state(model, expr, scope, renames_key, strip=True)
+
+
+def adds_prefix(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool:
+    """`expr` is a state dict whose keys were given the `module.` prefix
+    (`{"module." + k: v ...}`, `new_sd["module." + k] = v` in a loop): made
+    to be loaded into the wrapper."""
+    return _renamed_state(model, expr, scope, prefixes_key, strip=False)
+
+
+def _renamed_state(model: ScriptModel, expr: cst.BaseExpression, scope, renames, strip: bool) -> bool:
     if isinstance(expr, cst.DictComp):
-        return renames_key(model, expr.key, scope)
+        return renames(model, expr.key, scope)
     if isinstance(expr, cst.Call):
         name = (dotted_name(expr.func) or "").rpartition(".")[2]
-        if name in _STRIP_FUNCTIONS:
+        if strip and name in _STRIP_FUNCTIONS:
             return True
         if name in ("OrderedDict", "dict") and expr.args and isinstance(expr.args[0].value, (cst.GeneratorExp, cst.ListComp)):
             elt = expr.args[0].value.elt
-            return isinstance(elt, cst.Tuple) and bool(elt.elements) and renames_key(model, elt.elements[0].value, scope)
+            return isinstance(elt, cst.Tuple) and bool(elt.elements) and renames(model, elt.elements[0].value, scope)
         return False
     key = dotted_name(expr)
     if key is None:
         return False
-    if key in _handed_to_strip(model, scope):
+    if strip and key in _handed_to_strip(model, scope):
         return True
-    if _filled_renamed(model, key, scope):
+    if _filled_renamed(model, key, scope, renames):
         return True
     assigns = [a for a in model.assignments(key, scope) if a.value is not None and a.augmented is None]
-    return bool(assigns) and all(strips_prefix(model, a.value, a.ctx.function) for a in assigns)
+    return bool(assigns) and all(_renamed_state(model, a.value, a.ctx.function, renames, strip) for a in assigns)
 
 
 @query(on_cycle=frozenset())
@@ -222,7 +258,7 @@ def _handed_to_strip(model: ScriptModel, scope) -> frozenset[str]:
                      if c.attr in _STRIP_FUNCTIONS and c.node.args and dotted_name(c.node.args[0].value))
 
 
-def _filled_renamed(model: ScriptModel, key: str, scope) -> bool:
+def _filled_renamed(model: ScriptModel, key: str, scope, renames=renames_key) -> bool:
     """`for k, v in sd.items(): new_sd[k[7:]] = v`: a dict filled key by key
     under renamed keys."""
     for loop in loops_in(model, scope):
@@ -239,7 +275,7 @@ def _filled_renamed(model: ScriptModel, key: str, scope) -> bool:
                     target = t.target
                     if isinstance(target, cst.Subscript) and dotted_name(target.value) == key and \
                             len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) and \
-                            renames_key(model, target.slice[0].slice.value, scope):
+                            renames(model, target.slice[0].slice.value, scope):
                         return True
     return False
 
@@ -285,4 +321,5 @@ def project_strips_prefix(model: ScriptModel) -> bool:
 
 
 __all__ = ["wrapper_held", "wraps_held", "wrapped_by_another_method", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
+           "prefixes_key", "adds_prefix",
            "tells_wrapper_apart", "renames_prefix_on_load", "project_strips_prefix"]

@@ -9,7 +9,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.flow import value_of
 from ddpcheck.model.wrappers import wraps_held
 from ddpcheck.model.saves import hands_to_state_dict_taker
-from ddpcheck.model.wrappers import strips_prefix
+from ddpcheck.model.wrappers import adds_prefix, strips_prefix
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
@@ -32,9 +32,14 @@ def _saves_wrapper_state(model: ScriptModel, wrap, key: str, scope) -> bool:
 def _prefix_handled(model: ScriptModel, site) -> bool:
     """The state dict loaded is renamed for the plain model on some path
     (`if not args.distributed and ...startswith("module"): sd = {k[7:]: v ...}`):
-    the author knows which checkpoints carry the prefix and when."""
+    the author knows which checkpoints carry the prefix and when; or its keys
+    were given the prefix (`{"module." + k: v ...}`): made for the wrapper."""
     loaded = site.arg("state_dict", 0)
-    key = dotted_name(loaded) if loaded is not None else None
+    if loaded is None:
+        return False
+    if adds_prefix(model, loaded, site.ctx.function):
+        return True
+    key = dotted_name(loaded)
     if key is None:
         return False
     return any(a.value is not None and strips_prefix(model, a.value, a.ctx.function)
