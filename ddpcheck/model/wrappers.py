@@ -31,6 +31,54 @@ def tells_wrapper_apart(model: ScriptModel, test: cst.BaseExpression) -> bool:
     return any(n.rpartition(".")[2] in _UNWRAP_NAMES for n in reads(model, test))
 
 
+_FALLBACK_ERRORS = frozenset({"AttributeError", "Exception", "BaseException"})
+
+
+@query(on_cycle={})
+def _unwrapped_fallbacks(model: ScriptModel) -> dict[int, frozenset[str]]:
+    """Nodes inside the `except AttributeError:` arm of a `try` whose body
+    reaches through `.module` (`try: sd = net.module.state_dict()
+    except AttributeError: sd = net.state_dict()`), with the names whose
+    `.module` the body tried: that arm runs only for the unwrapped object."""
+    found: dict[int, frozenset[str]] = {}
+    if "except" not in model.text:
+        return found
+
+    class Collect(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.nodes: list[cst.CSTNode] = []
+
+        def on_visit(self, node: cst.CSTNode) -> bool:
+            self.nodes.append(node)
+            return True
+
+    class Tries(cst.CSTVisitor):
+        def visit_Try(self, node: cst.Try) -> None:
+            tried = frozenset(n.rpartition(".")[0] for n in reads(model, node.body)
+                              if n.endswith(".module") and n.rpartition(".")[0])
+            if not tried:
+                return
+            for handler in node.handlers:
+                caught = handler.type
+                names = ([dotted_name(e.value) for e in caught.elements] if isinstance(caught, cst.Tuple)
+                         else [dotted_name(caught)] if caught is not None else ["BaseException"])
+                if not any((n or "").rpartition(".")[2] in _FALLBACK_ERRORS for n in names):
+                    continue
+                inner = Collect()
+                handler.body.visit(inner)
+                for n in inner.nodes:
+                    found[id(n)] = found.get(id(n), frozenset()) | tried
+
+    model.module.visit(Tries())
+    return found
+
+
+def unwrapped_fallback(model: ScriptModel, node: cst.CSTNode, key: str) -> bool:
+    """`node` sits in the `except AttributeError:` fallback of a `try` that
+    first reached `key.module`: there `key` is not the wrapper."""
+    return key in _unwrapped_fallbacks(model).get(id(node), ())
+
+
 def wraps_held(model: ScriptModel, value: Value, ctx: Ctx) -> list[WrapInfo]:
     """The DDP / DataParallel wraps among a value's objects that can be what
     it holds at `ctx` (a wrap in a world that never reaches `ctx`, or in the
@@ -321,5 +369,5 @@ def project_strips_prefix(model: ScriptModel) -> bool:
 
 
 __all__ = ["wrapper_held", "wraps_held", "wrapped_by_another_method", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
-           "prefixes_key", "adds_prefix",
+           "prefixes_key", "adds_prefix", "unwrapped_fallback",
            "tells_wrapper_apart", "renames_prefix_on_load", "project_strips_prefix"]

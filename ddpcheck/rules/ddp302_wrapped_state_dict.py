@@ -12,7 +12,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
 from ddpcheck.model.flow import argument_expr
 from ddpcheck.model.saves import STRIPS_MODULE_PREFIX, is_save_sink, saved_state_dicts
-from ddpcheck.model.wrappers import project_strips_prefix, strips_prefix, tells_wrapper_apart, wrapper_in
+from ddpcheck.model.wrappers import project_strips_prefix, strips_prefix, tells_wrapper_apart, unwrapped_fallback, wrapper_in
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import unwrap_edit
 from ddpcheck.model.filekind import NOT_TESTS
@@ -59,8 +59,9 @@ class WrappedStateDict(Rule):
                 if id(sd.node) in reported:
                     continue
                 key = dotted_name(sd.receiver)
-                if key is None or any(tells_wrapper_apart(model, b.test) for b in sd.ctx.branches):
-                    continue
+                if key is None or any(tells_wrapper_apart(model, b.test) for b in sd.ctx.branches) or \
+                        unwrapped_fallback(model, sd.node, key):
+                    continue   # told apart, or the `except AttributeError:` fallback for a plain object
                 found = wrapper_in(model, sd.receiver, sd.ctx)
                 if found is None:
                     continue
@@ -120,6 +121,7 @@ def saved_params(model: ScriptModel, fn: FunctionInfo) -> list[str]:
             key = dotted_name(sd.receiver)
             if key in fn.params and key not in found and \
                     not any(tells_wrapper_apart(model, b.test) for b in sd.ctx.branches) and \
+                    not unwrapped_fallback(model, sd.node, key) and \
                     not [a for a in model.assignments(key, fn) if a.ctx.function is fn]:
                 found.append(key)
     return found
