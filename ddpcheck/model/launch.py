@@ -456,6 +456,7 @@ class OptionUser:
     """A script that imports a module of command-line options."""
 
     name: str                                 # its file name
+    path: str                                 # its absolute path
     text: str = field(repr=False)
     commands: tuple[LaunchCommand, ...]
     uses_deepspeed: bool
@@ -493,7 +494,7 @@ def option_module_users(model) -> tuple[OptionUser, ...]:
             if model.project is not None:
                 model.project.depends_on(path, other)
             users.append(OptionUser(
-                name=name, text=text, commands=tuple(_commands_for_file(model, other, text, path)),
+                name=name, path=other, text=text, commands=tuple(_commands_for_file(model, other, text, path)),
                 uses_deepspeed=bool(re.search(r"^\s*(import|from)\s+deepspeed\b", text, re.M)),
                 reads_env="LOCAL_RANK" in text))
     return tuple(users)

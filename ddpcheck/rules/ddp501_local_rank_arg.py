@@ -142,28 +142,49 @@ class LocalRankArg(Rule):
 
     def _options_module(self, model: ScriptModel, underscore) -> Iterator[Hit]:
         """`--local_rank` declared in a module of options that scripts import
-        (`from options import get_args`): judged by those scripts."""
+        (`from options import get_args`): judged by those scripts, as the
+        option would be in each of them."""
         users = option_module_users(model)
         if not users:
             return   # nobody in the project imports it: who parses it is unknown
         for user in users:
-            if user.uses_deepspeed or not user.commands or user.reads_env:
-                continue   # DeepSpeed's launcher, no documented launch, or LOCAL_RANK read
+            user_model = model.project.model_for(user.path) if model.project is not None else None
+            if user.uses_deepspeed or user.reads_env:
+                continue   # DeepSpeed's launcher passes `--local_rank`; LOCAL_RANK read in the script
+            if user_model is not None and (reads_local_rank_env(user_model) or _known_args_only(user_model)
+                                           or starts_own_workers(user_model)):
+                continue   # LOCAL_RANK read by a helper it calls; unknown options set aside; no launcher
             breaking = [c for c in user.commands if c.rank_argument == "--local-rank"]
             silent = [c for c in user.commands if c.sets_local_rank_env]
+            hits = []
             for o in underscore:
+                read = (_option_read(user_model, o.dest) if user_model is not None
+                        else f".{o.dest}" in user.text)
+                default = model.module.code_for_node(o.default).strip() if o.default is not None else "None"
                 if breaking:
-                    yield Hit(o.site.node, message=_documented_break(breaking[0], user.name),
-                              edit=local_rank_edit(o.site))
-                elif silent and f".{o.dest}" in user.text:
-                    default = model.module.code_for_node(o.default).strip() if o.default is not None else "None"
-                    yield Hit(o.site.node, message=(
+                    hits.append(Hit(o.site.node, message=_documented_break(breaking[0], user.name),
+                                    edit=local_rank_edit(o.site)))
+                elif silent and read:
+                    hits.append(Hit(o.site.node, message=(
                         f"`{user.name}` reads `.{o.dest}` from these options and nothing reads LOCAL_RANK, "
                         f"but its documented launcher (`{silent[0].where}`: `{_short(silent[0])}`) passes no "
                         f"rank argument: `{o.dest}` stays `{default}` on every process, so every rank picks "
                         f"the same GPU (or the script does not go distributed); {LAUNCHERS}"
-                    ), edit=local_rank_edit(o.site))
-            return
+                    ), edit=local_rank_edit(o.site)))
+                elif not user.commands and read and user_model is not None and has_main_guard(user_model):
+                    # a script with no documented launch: the option's spelling is the only way in, as
+                    # when it is declared in the script (a module importing the options is judged by
+                    # its own importers' launchers, which are not followed: unknown)
+                    hits.append(Hit(o.site.node, message=(
+                        f"`{user.name}` reads `.{o.dest}` from these options, `--local_rank` is the only spelling "
+                        f"accepted and nothing reads LOCAL_RANK: argparse rejects the `--local-rank=N` of "
+                        f"torch>=2.0's launcher, and under torchrun `{o.dest}` stays `{default}` on every "
+                        f"process (every rank picks the same GPU, or the script does not go distributed); "
+                        f"{LAUNCHERS}"
+                    ), edit=local_rank_edit(o.site)))
+            if hits:
+                yield from hits   # judged by the first importing script that shows the harm
+                return
 
 
 def _options_module(model: ScriptModel) -> bool:
