@@ -1,4 +1,7 @@
-"""Check rows: an id, PASS / WARN / FAIL, a one-line reason and a fix (pure Python).
+"""The preflight's one verdict model: a :class:`Check` with an id, PASS / WARN / FAIL,
+a one-line reason and a fix (pure Python). Both modes judge into it (the factory
+mode's verdict modules, the script mode's judge) and both reports print it; its
+:meth:`Check.to_dict` is the one shape of a check in ``--format json``.
 
 A check is identified by its :class:`CheckId`, never by its prose: code that
 upgrades or looks up a check (the last batch of one that this model really
@@ -76,6 +79,21 @@ class CheckId(Enum):
     MEMORY_OOM = "memory_oom"
     MEMORY_PREDICTION = "memory_prediction"
     TRAINING_STEP = "training_step"
+    # script mode: what running the user's own script showed
+    RUN = "run"
+    CRASH = "crash"
+    HANG = "hang"
+    COLLECTIVE_ORDER = "collective_order"
+    SET_EPOCH = "set_epoch"
+    DISTRIBUTED_SAMPLER = "distributed_sampler"
+    CHECKPOINT_WRITES = "checkpoint_writes"
+    FILE_WRITES = "file_writes"
+    NODE_WRITES = "node_writes"
+    DDP_WRAP = "ddp_wrap"
+    MEMORY = "memory"
+    CPU_STAND_IN = "cpu_stand_in"  # something only a GPU can run: not checked, not the script's fault
+    DATA_PARALLEL = "data_parallel"
+    SINGLE_PROCESS = "single_process"
 
     def title(self, rank: Optional[int] = None, batch: Optional[int] = None) -> str:
         text = _TITLES[self]
@@ -125,16 +143,33 @@ _TITLES = {
     CheckId.MEMORY_OOM: "memory",
     CheckId.MEMORY_PREDICTION: "memory prediction",
     CheckId.TRAINING_STEP: "training step",
+    CheckId.RUN: "run",
+    CheckId.CRASH: "crash",
+    CheckId.HANG: "hang",
+    CheckId.COLLECTIVE_ORDER: "collective order",
+    CheckId.SET_EPOCH: "set_epoch",
+    CheckId.DISTRIBUTED_SAMPLER: "DistributedSampler",
+    CheckId.CHECKPOINT_WRITES: "checkpoint writes",
+    CheckId.FILE_WRITES: "file writes",
+    CheckId.NODE_WRITES: "writes by several nodes",
+    CheckId.DDP_WRAP: "DDP wrap",
+    CheckId.MEMORY: "memory",
+    CheckId.CPU_STAND_IN: "CPU stand-in for CUDA",
+    CheckId.DATA_PARALLEL: "DataParallel",
+    CheckId.SINGLE_PROCESS: "single process",
 }
 
 
 @dataclass(frozen=True)
 class Check:
-    """One line of the checks table.
+    """One verdict of either mode.
 
     ``detail`` says what was found (and why it bites in DDP); ``fix`` says what
     to do about it (empty for a PASS). ``rank`` / ``batch`` fill the title of
-    per-rank and per-batch checks.
+    per-rank and per-batch checks; ``headline`` replaces that title where the
+    verdict is a sentence about what was seen ("DDP101 confirmed: epoch 2 began
+    without set_epoch"). ``rule`` is the ``ddpcheck lint`` rule that predicts the
+    check statically; ``ranks`` are the ranks it is about (``rank`` included).
     """
 
     id: CheckId
@@ -143,19 +178,30 @@ class Check:
     fix: str = ""
     rank: Optional[int] = None
     batch: Optional[int] = None
+    headline: Optional[str] = None
+    rule: Optional[str] = None
+    ranks: tuple = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.id, CheckId):
             raise TypeError(f"check id must be a CheckId, not {self.id!r}")
         object.__setattr__(self, "status", Status(self.status))
+        ranks = tuple(sorted(set(self.ranks) | ({self.rank} if self.rank is not None else set())))
+        object.__setattr__(self, "ranks", ranks)
 
     @property
     def name(self) -> str:
-        return self.id.title(self.rank, self.batch)
+        return self.headline or self.id.title(self.rank, self.batch)
+
+    @property
+    def confirms(self) -> Optional[str]:
+        """The lint rule this run confirmed (a WARN/FAIL carrying a rule code)."""
+        return self.rule if self.status != PASS else None
 
     def to_dict(self) -> dict:
         return {"id": self.id.value, "name": self.name, "status": self.status.value,
-                "detail": self.detail, "fix": self.fix, "rank": self.rank}
+                "detail": self.detail, "fix": self.fix, "rank": self.rank,
+                "ranks": list(self.ranks), "rule": self.rule}
 
 
 def worst(checks: Iterable[Check]) -> Status:

@@ -318,25 +318,26 @@ def _lost_report(mode: str, opts: PreflightOptions, box, why: str, start: float)
 
 def _own_report(mode, opts, box, title, detail, fix, ranks, start) -> str:
     """A report the supervisor writes itself, in the run's mode and format."""
-    import json
-
     from ddpcheck.preflight.checks import FAIL, Check, CheckId
 
     headline = f"ddpcheck preflight: {title}"
     if mode == "script":
-        report = {"headline": headline, "mode": "script", "target": "", "verdicts": [
-            {"check": "hang", "status": "FAIL", "title": title, "detail": detail, "fix": fix,
-             "rule": None, "ranks": ranks}], "lint": [], "lint_error": "not run",
-            "writes": [], "ranks": [], "sandbox": box.summary(),
-            "timing": {"total_seconds": time.time() - start, "workers_seconds": 0.0},
-            "worker_logs": None, "exit_code": 1}
+        from ddpcheck.preflight.script import report as script_report
+
+        check = Check(CheckId.RUN_DEADLINE, FAIL, detail, fix, headline=title, ranks=tuple(ranks))
+        # what the run did not get to report stays empty (0 nodes: not known here)
+        rep = script_report.ScriptReport(
+            headline=headline, target="", argv=[], world_size=opts.gpus or 0,
+            one_process=False, nodes=0, backend="", device="",
+            cuda_stand_in=False, steps=0, checks=[check], lint=[], lint_error="not run",
+            seconds=time.time() - start, exit_code=1, sandbox=box.summary(),
+            unsandboxed=box.level.value == "none", degraded=not box.isolated_processes)
         if opts.output_format == "json":
-            return json.dumps({**{k: v for k, v in report.items() if k != "headline"},
-                               "summary": headline}, indent=2) + "\n"
+            return script_report.render_json(rep) + "\n"
         lines = [headline] + ([box.summary()] if not box.isolated_processes else []) + \
             ["", f"FAIL  {title}"]
         lines += [f"      {detail}"] if detail else []
-        lines += [f"      fix: {fix}", "", f"1 FAIL -> exit 1 ({time.time() - start:.1f} s)"]
+        lines += [f"      fix: {fix}", "", f"1 FAIL -> exit 1 ({rep.seconds:.1f} s)"]
         return "\n".join(lines) + "\n"
     from ddpcheck.preflight import report as render
 

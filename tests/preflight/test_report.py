@@ -52,3 +52,28 @@ def test_json_is_complete():
     assert data["checks"][1]["status"] == "WARN" and data["exit_code"] == 0
     assert data["checks"][1]["id"] == "last_batch_of_one"
     assert data["checks"][1]["name"] == "batch: last batch"
+
+
+def test_both_modes_write_checks_in_one_shape_with_snake_case_ids():
+    import re
+
+    from ddpcheck.preflight.script.report import ScriptReport
+    from ddpcheck.preflight.script.report import render_json as render_script_json
+
+    ids = [c.value for c in CheckId]
+    assert len(ids) == len(set(ids))
+    assert [i for i in ids if not re.fullmatch(r"[a-z][a-z0-9]*(_[a-z0-9]+)*", i)] == []
+    seen = Check(CheckId.SET_EPOCH, "FAIL", "epoch 2 repeats epoch 1", "call set_epoch",
+                 headline="DDP101 confirmed: epoch 2 began without set_epoch", rule="DDP101",
+                 ranks=(1, 0))
+    script = ScriptReport(headline="h", target="t.py", argv=[], world_size=2, one_process=False,
+                          nodes=1, backend="gloo", device="cpu", cuda_stand_in=False, steps=3,
+                          checks=[seen], lint=[], lint_error=None, exit_code=1)
+    script_check = json.loads(render_script_json(script))["checks"][0]
+    factory_check = json.loads(render_json(sample_report()))["checks"][1]
+    assert set(script_check) == set(factory_check)
+    assert script_check["id"] == "set_epoch" and script_check["ranks"] == [0, 1]
+    assert script_check["name"] == "DDP101 confirmed: epoch 2 began without set_epoch"
+    assert script_check["rule"] == "DDP101" and factory_check["rule"] is None
+    per_rank = Check(CheckId.RANK_HUNG, "FAIL", "stuck", rank=1)
+    assert per_rank.name == "rank 1 hung" and per_rank.to_dict()["ranks"] == [1]

@@ -144,7 +144,7 @@ def _check_write_probe(tmp_path: Path, python: str = sys.executable, user=None) 
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(proc.stdout)
     # no false failure: every route ran as it does under torchrun
-    assert [v for v in data["verdicts"] if v["status"] == "FAIL"] == []
+    assert [v for v in data["checks"] if v["status"] == "FAIL"] == []
     _assert_nothing_left(marker, Path(extra["TMPDIR"]))
     data["_seconds"] = seconds
     return data
@@ -249,7 +249,7 @@ def test_landlock_keeps_every_route_out_where_bwrap_cannot_run(short_tmp, monkey
             if not (e == kept or e.startswith(kept + os.sep))} == set()
     sandboxing.remove_tree(str(short_tmp / kept))
     assert data["sandbox"].startswith("sandbox: Landlock")
-    assert not [v for v in data["verdicts"] if v["check"] == "hang"]
+    assert not [v for v in data["checks"] if v["id"] in ("hang", "run_deadline")]
     # routes the redirection cannot follow (C++ writers, other processes) are refused
     # by the kernel: the run says so instead of writing
     crashes = " ".join((r.get("crash") or {}).get("message", "") for r in data["ranks"])
@@ -344,20 +344,20 @@ def test_os_exit_at_the_end_of_every_rank_ends_at_once(short_tmp):
 def test_os_exit_on_rank_1_is_named_not_the_rank_that_waited(short_tmp):
     proc, data = _script_run(short_tmp, "exit_on_one_rank.py", 60)
     assert proc.returncode == 1
-    alarms = [v for v in data["verdicts"] if v["status"] == "FAIL"]
+    alarms = [v for v in data["checks"] if v["status"] == "FAIL"]
     assert len(alarms) == 1, alarms
-    assert "rank 1 exited the script" in alarms[0]["title"]
-    assert "exit_on_one_rank.py:11" in alarms[0]["title"]
+    assert "rank 1 exited the script" in alarms[0]["name"]
+    assert "exit_on_one_rank.py:11" in alarms[0]["name"]
     assert data["ranks"][1]["ending"] == "exited"
     assert data["ranks"][0]["ending"] != "crashed"
-    assert not [v for v in data["verdicts"] if v["check"] in ("crash", "hang")]
+    assert not [v for v in data["checks"] if v["id"] in ("crash", "hang", "run_deadline")]
 
 
 @needs_overlay
 def test_a_deadlocked_dataloader_is_killed_at_the_timeout_with_its_workers(short_tmp):
     proc, data = _script_run(short_tmp, "loader_deadlock.py", 8)
     assert proc.returncode == 1
-    hung = [v for v in data["verdicts"] if v["check"] == "hang"]
+    hung = [v for v in data["checks"] if v["id"] == "hang"]
     assert sorted(r for v in hung for r in v["ranks"]) == [0, 1]
     assert all("loader_deadlock.py:20" in v["detail"] for v in hung), hung
 

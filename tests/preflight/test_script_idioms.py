@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from ddpcheck.preflight.checks import CheckId
+
 from .conftest import REPO, child_pids
 
 torch = pytest.importorskip("torch")
@@ -173,13 +175,13 @@ def test_one_path_per_node_is_a_node_warning_and_per_rank_a_failure():
     save = WriteFact("torch.save", "/p/ckpt.pt", "train.py:20", True)
     out = judge.judge([_facts(0, writes=[save], node=0, nodes=2),
                        _facts(1, writes=[save], node=1, nodes=2)], [None, None], 2, "", 60)
-    v = next(v for v in out.verdicts if v.check == judge.ScriptCheck.NODE_WRITES)
-    assert v.status == "WARN" and "written by 2 nodes" in v.title and "global rank 0" in v.fix
+    v = next(v for v in out.checks if v.id == CheckId.NODE_WRITES)
+    assert v.status == "WARN" and "written by 2 nodes" in v.name and "global rank 0" in v.fix
     assert out.exit_code == 0
     out = judge.judge([_facts(0, writes=[save]), _facts(1, writes=[save])], [None, None], 2,
                       "", 60)
-    assert any(v.check == judge.ScriptCheck.CHECKPOINT and v.status == "FAIL"
-               for v in out.verdicts)
+    assert any(v.id == CheckId.CHECKPOINT_WRITES and v.status == "FAIL"
+               for v in out.checks)
 
 
 def test_a_stand_in_failure_is_a_warning_not_the_scripts_crash():
@@ -190,8 +192,8 @@ def test_a_stand_in_failure_is_a_warning_not_the_scripts_crash():
                       frames=["train.py:9 in <module>: x = torch.cuda.foo()"])
     facts = [_facts(r, ending=Ending.CRASHED, crash=crash, cuda_stand_in=True) for r in (0, 1)]
     out = judge.judge(facts, [None, None], 2, "", 60)
-    v = next(v for v in out.verdicts if v.check == judge.ScriptCheck.STAND_IN)
-    assert v.status == "WARN" and "not checked past train.py:9" in v.title
+    v = next(v for v in out.checks if v.id == CheckId.CPU_STAND_IN)
+    assert v.status == "WARN" and "not checked past train.py:9" in v.name
     assert out.exit_code == 0
 
 
@@ -202,9 +204,9 @@ def test_a_crash_row_shows_the_exception_and_the_scripts_frames():
     crash = CrashFact("KeyError", "'SLURM_PROCID'", "train.py:15",
                       frames=["train.py:15 in <module>: rank = int(os.environ['SLURM_PROCID'])"])
     facts = [_facts(r, ending=Ending.CRASHED, crash=crash) for r in (0, 1)]
-    v = next(v for v in judge.judge(facts, [None, None], 2, "", 60).verdicts
-             if v.check == judge.ScriptCheck.CRASH)
-    assert "KeyError: 'SLURM_PROCID'" in v.title and "os.environ['SLURM_PROCID']" in v.detail
+    v = next(v for v in judge.judge(facts, [None, None], 2, "", 60).checks
+             if v.id == CheckId.CRASH)
+    assert "KeyError: 'SLURM_PROCID'" in v.name and "os.environ['SLURM_PROCID']" in v.detail
     assert "json" not in v.fix and v.fix.startswith("fix the KeyError at train.py:15")
 
 
@@ -215,7 +217,7 @@ def test_an_exit_before_training_is_a_warning_with_its_line():
     facts = [_facts(r, ending=Ending.EXITED, ending_detail="sys.exit(None) at main.py:51")
              for r in (0, 1)]
     out = judge.judge(facts, [None, None], 2, "", 60)
-    v = next(v for v in out.verdicts if v.check == judge.ScriptCheck.RUN)
+    v = next(v for v in out.checks if v.id == CheckId.RUN)
     assert v.status == "WARN" and "main.py:51" in v.detail and out.exit_code == 0
 
 
@@ -229,9 +231,9 @@ def test_one_process_has_no_per_rank_verdicts():
     save = WriteFact("torch.save", "/p/model.pt", "train.py:12", True)
     main = _facts(0, world=1, loaders=[loader], writes=[save], one_process=True, optimizer_steps=4)
     out = judge.judge([main], [None], 2, "", 60, one_process=True)
-    checks = {v.check for v in out.verdicts}
-    assert judge.ScriptCheck.SAMPLER not in checks and judge.ScriptCheck.CHECKPOINT not in checks
-    v = next(v for v in out.verdicts if v.check == judge.ScriptCheck.SINGLE_PROCESS)
+    checks = {v.id for v in out.checks}
+    assert CheckId.DISTRIBUTED_SAMPLER not in checks and CheckId.CHECKPOINT_WRITES not in checks
+    v = next(v for v in out.checks if v.id == CheckId.SINGLE_PROCESS)
     assert v.status == "WARN" and "all 200 samples" in v.detail and "model.pt" in v.detail
     assert out.exit_code == 0
 
@@ -274,17 +276,17 @@ def run_idiom(tmp_path_factory):
 
 
 def _checks(report, status=None):
-    return {v["check"] for v in report["verdicts"] if status is None or v["status"] == status}
+    return {v["id"] for v in report["checks"] if status is None or v["status"] == status}
 
 
 def test_seed_dataparallel_case_is_reproduced_and_named(run_idiom):
     code, report, seconds, untouched = run_idiom("dp_kwargs_last_batch.py", gpus=4)
     assert code == 1 and untouched and report["one_process"] is True
-    v = next(v for v in report["verdicts"] if v["check"] == "data-parallel" and v["status"] == "FAIL")
+    v = next(v for v in report["checks"] if v["id"] == "data_parallel" and v["status"] == "FAIL")
     assert "8607 samples, batch 4, 4 devices" in v["detail"]
-    assert "last batch holds 3 samples" in v["detail"] and "replica 3" in v["title"]
+    assert "last batch holds 3 samples" in v["detail"] and "replica 3" in v["name"]
     assert "drop_last=True" in v["fix"] and "DDP" in v["fix"]
-    assert not _checks(report) & {"distributed-sampler", "checkpoint-writes"}  # one process
+    assert not _checks(report) & {"distributed_sampler", "checkpoint_writes"}  # one process
 
 
 def test_dataparallel_with_drop_last_passes(run_idiom):
@@ -297,7 +299,7 @@ def test_dataparallel_with_drop_last_passes(run_idiom):
                                   "peek_then_set_epoch.py"])
 def test_correct_scripts_pass_without_alarm(run_idiom, name):
     code, report, seconds, untouched = run_idiom(name)
-    alarms = [v["title"] for v in report["verdicts"] if v["status"] != "PASS"]
+    alarms = [v["name"] for v in report["checks"] if v["status"] != "PASS"]
     assert code == 0 and alarms == [] and untouched
     assert seconds < TIMEOUT / 2, "stalled instead of running through"
     assert {r["ending"] for r in report["ranks"]} <= {"stopped", "finished"}
@@ -305,7 +307,7 @@ def test_correct_scripts_pass_without_alarm(run_idiom, name):
 
 def test_a_peek_is_not_an_epoch(run_idiom):
     _, report, _, _ = run_idiom("peek_then_set_epoch.py")
-    v = next(v for v in report["verdicts"] if v["check"] == "set-epoch")
+    v = next(v for v in report["checks"] if v["id"] == "set_epoch")
     assert v["status"] == "PASS"
     assert all(r["optimizer_steps"] >= 4 for r in report["ranks"])  # epoch 1 ran in full
     assert any(w["kind"] == "torch.save" for w in report["writes"])  # its checkpoint too
@@ -314,14 +316,14 @@ def test_a_peek_is_not_an_epoch(run_idiom):
 def test_rank0_training_alone_is_named_at_its_line(run_idiom):
     code, report, seconds, _ = run_idiom("eval_rank0.py", "--train-on-rank0")
     assert code == 1 and seconds < TIMEOUT / 2
-    v = next(v for v in report["verdicts"] if v["check"] == "collective-order")
+    v = next(v for v in report["checks"] if v["id"] == "collective_order")
     assert v["status"] == "FAIL" and "eval_rank0.py:32" in v["detail"]
 
 
 def test_single_process_script_says_what_copies_would_do(run_idiom):
     code, report, _, untouched = run_idiom("single_process.py")
     assert code == 0 and untouched and report["one_process"] is True
-    v = next(v for v in report["verdicts"] if v["check"] == "single-process")
+    v = next(v for v in report["checks"] if v["id"] == "single_process")
     assert v["status"] == "WARN" and "all 200 samples" in v["detail"]
     assert "model.pt" in v["detail"]
 
@@ -329,7 +331,7 @@ def test_single_process_script_says_what_copies_would_do(run_idiom):
 def test_local_rank_save_on_two_nodes(run_idiom):
     code, report, _, untouched = run_idiom("save_local_rank0.py", options=("--nodes", "2"))
     assert code == 0 and untouched
-    v = next(v for v in report["verdicts"] if v["check"] == "node-writes")
-    assert v["status"] == "WARN" and "ckpt.pt" in v["title"]
+    v = next(v for v in report["checks"] if v["id"] == "node_writes")
+    assert v["status"] == "WARN" and "ckpt.pt" in v["name"]
     _, one_node, _, _ = run_idiom("save_local_rank0.py")
-    assert "node-writes" not in _checks(one_node)
+    assert "node_writes" not in _checks(one_node)

@@ -43,15 +43,15 @@ class ScriptRun:
         self.data = json.loads(out) if out.lstrip().startswith("{") else None
 
     def verdicts(self, check: str) -> list:
-        return [v for v in self.data["verdicts"] if v["check"] == check]
+        return [v for v in self.data["checks"] if v["id"] == check]
 
     def verdict(self, check: str) -> dict:
         found = self.verdicts(check)
-        assert found, f"no {check!r} verdict in {[v['check'] for v in self.data['verdicts']]}"
+        assert found, f"no {check!r} verdict in {[v['id'] for v in self.data['checks']]}"
         return found[0]
 
     def alarms(self) -> list:
-        return [v for v in self.data["verdicts"] if v["status"] != "PASS"]
+        return [v for v in self.data["checks"] if v["status"] != "PASS"]
 
     def lint(self, code: str) -> dict:
         return next(x for x in self.data["lint"] if x["code"] == code)
@@ -127,12 +127,12 @@ def test_correct_script_passes_without_alarm(run_script):
     loader = run.data["ranks"][0]["loaders"][0]
     assert loader["dataset_len"] == 96 and loader["batch_size"] == 8 and loader["distributed"]
     assert [e["batches_served"] for e in loader["epochs"]] == [3, 1]
-    assert run.verdict("set-epoch")["status"] == "PASS"
-    assert run.verdict("collective-order")["status"] == "PASS"
-    assert run.verdict("memory")["title"].endswith("batch 8")
+    assert run.verdict("set_epoch")["status"] == "PASS"
+    assert run.verdict("collective_order")["status"] == "PASS"
+    assert run.verdict("memory")["name"].endswith("batch 8")
     # NCCL asked for, gloo used, said so
     backend = run.verdict("backend")
-    assert "'nccl'" in backend["title"] and "ran on gloo" in backend["title"]
+    assert "'nccl'" in backend["name"] and "ran on gloo" in backend["name"]
     assert run.data["cuda_stand_in"] is True
     # what it would have written, by which rank, where
     saves = [w for w in run.data["writes"] if w["kind"] == "torch.save"]
@@ -147,9 +147,9 @@ def test_no_set_epoch_confirms_ddp101(run_script):
     run = run_script("buggy_no_set_epoch.py")
     assert_untouched_and_bounded(run)
     assert run.code == 1
-    v = run.verdict("set-epoch")
+    v = run.verdict("set_epoch")
     assert v["status"] == "FAIL" and v["rule"] == "DDP101"
-    assert v["title"] == "DDP101 confirmed: epoch 2 began without set_epoch"
+    assert v["name"] == "DDP101 confirmed: epoch 2 began without set_epoch"
     assert v["ranks"] == [0, 1]
     assert run.lint("DDP101")["runtime"] == "confirmed"
 
@@ -158,9 +158,9 @@ def test_save_on_every_rank_confirms_ddp301(run_script):
     run = run_script("buggy_save_every_rank.py")
     assert_untouched_and_bounded(run)
     assert run.code == 1
-    v = run.verdict("checkpoint-writes")
+    v = run.verdict("checkpoint_writes")
     assert v["status"] == "FAIL" and v["rule"] == "DDP301" and v["ranks"] == [0, 1]
-    assert v["title"] == "DDP301 confirmed: ranks 0 and 1 both wrote checkpoints/ckpt.pt"
+    assert v["name"] == "DDP301 confirmed: ranks 0 and 1 both wrote checkpoints/ckpt.pt"
     writers = {w["rank"] for w in run.data["writes"] if w["kind"] == "torch.save"}
     assert writers == {0, 1}
     assert run.lint("DDP301")["runtime"] == "confirmed"
@@ -179,7 +179,7 @@ def test_last_batch_of_one_crashes_batchnorm_in_step_one(run_script):
     run = run_script("buggy_last_batch_bn.py")
     assert_untouched_and_bounded(run)
     assert run.code == 1
-    v = run.verdict("last-batch")
+    v = run.verdict("last_batch")
     assert v["status"] == "FAIL"
     assert "Expected more than 1 value per channel" in v["detail"]
     assert "49 per rank" in v["detail"] and "the last of 1" in v["detail"]
@@ -192,18 +192,18 @@ def test_drop_last_fixes_the_last_batch(run_script):
     run = run_script("fixed_last_batch_bn.py")
     assert_untouched_and_bounded(run)
     assert run.code == 0 and run.alarms() == []
-    assert run.verdict("last-batch")["status"] == "PASS"
+    assert run.verdict("last_batch")["status"] == "PASS"
 
 
 def test_collective_only_rank0_reaches_is_named_not_hung(run_script):
     run = run_script("buggy_rank0_collective.py")
     assert_untouched_and_bounded(run)
     assert run.code == 1
-    v = run.verdict("collective-order")
+    v = run.verdict("collective_order")
     assert v["status"] == "FAIL" and v["rule"] == "DDP401"
-    assert v["title"].startswith("DDP401 confirmed: rank 0 entered all_reduce")
-    assert "buggy_rank0_collective.py:54" in v["title"]
-    assert "rank 1 a DDP forward at buggy_rank0_collective.py:49" in v["title"]
+    assert v["name"].startswith("DDP401 confirmed: rank 0 entered all_reduce")
+    assert "buggy_rank0_collective.py:54" in v["name"]
+    assert "rank 1 a DDP forward at buggy_rank0_collective.py:49" in v["name"]
     assert {r["ending"] for r in run.data["ranks"]} == {"mismatch"}  # stopped, not killed
     assert run.lint("DDP401")["runtime"] == "confirmed"
 
@@ -220,8 +220,8 @@ def test_unused_parameters_are_named(run_script):
     run = run_script("buggy_unused_params.py")
     assert_untouched_and_bounded(run)
     assert run.code == 1
-    v = run.verdict("unused-parameters")
-    assert v["status"] == "FAIL" and "aux_head.weight" in v["title"]
+    v = run.verdict("unused_parameters")
+    assert v["status"] == "FAIL" and "aux_head.weight" in v["name"]
     assert "find_unused_parameters=True" in v["fix"]
     assert run.verdicts("memory") == []  # the step that failed measured nothing
 
@@ -237,7 +237,7 @@ def test_loader_without_distributed_sampler_confirms_ddp104(run_script):
     run = run_script("buggy_no_sampler.py")
     assert_untouched_and_bounded(run)
     assert run.code == 1
-    v = run.verdict("distributed-sampler")
+    v = run.verdict("distributed_sampler")
     assert v["status"] == "FAIL" and v["rule"] == "DDP104"
     assert "RandomSampler" in v["detail"] and "96 samples, all of them on every rank" in v["detail"]
     assert run.lint("DDP104")["runtime"] == "confirmed"
@@ -248,7 +248,7 @@ def test_sampler_behind_a_flag_passes_as_module(run_script):
     assert_untouched_and_bounded(run)
     assert run.code == 0 and run.alarms() == []
     assert run.data["target"] == "-m trainpkg.train"
-    assert run.verdict("distributed-sampler")["status"] == "PASS"
+    assert run.verdict("distributed_sampler")["status"] == "PASS"
     # two persistent loader workers prefetch ahead: the steps still count what was delivered
     assert [r["optimizer_steps"] for r in run.data["ranks"]] == [4, 4]
     assert run.data["ranks"][0]["loaders"][0]["num_workers"] == 2
@@ -320,7 +320,7 @@ def test_a_rank_that_never_ends_is_named_hung_where_it_waits(tmp_path, monkeypat
     assert folder_hash(project) == before
     data = json.loads(result.stdout)
     assert result.exit_code == 1 and data["exit_code"] == 1
-    hang = [v for v in data["verdicts"] if v["check"] == "hang"]
+    hang = [v for v in data["checks"] if v["id"] == "hang"]
     assert len(hang) == 1 and hang[0]["ranks"] == [1] and hang[0]["status"] == "FAIL"
     assert "still running after the other ranks had ended" in hang[0]["detail"]
     assert "stuck at stuck.py:5" in hang[0]["detail"]

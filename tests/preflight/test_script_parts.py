@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ddpcheck.preflight.checks import CheckId
 from ddpcheck.preflight.script import judge
 from ddpcheck.preflight.script.facts import (
     CrashFact,
@@ -144,8 +145,8 @@ def _rank(rank: int, digest2: str, calls: int) -> RankFacts:
 def test_judge_set_epoch_with_a_constant_value():
     facts = [_rank(0, "aaa", 1), _rank(1, "aaa", 1)]
     out = judge.judge(facts, [None, None], 2, "", 60)
-    v = next(v for v in out.verdicts if v.check == judge.ScriptCheck.SET_EPOCH)
-    assert v.status == "FAIL" and v.title.startswith("DDP101 confirmed: set_epoch(1)")
+    v = next(v for v in out.checks if v.id == CheckId.SET_EPOCH)
+    assert v.status == "FAIL" and v.name.startswith("DDP101 confirmed: set_epoch(1)")
     assert out.exit_code == 1
 
 
@@ -153,7 +154,7 @@ def test_judge_new_order_passes():
     facts = [_rank(0, "bbb", 1), _rank(1, "ccc", 1)]
     out = judge.judge(facts, [None, None], 2, "", 60)
     assert out.exit_code == 0
-    assert all(v.status == "PASS" for v in out.verdicts)
+    assert all(v.status == "PASS" for v in out.checks)
 
 
 def test_judge_folds_a_peers_lost_connection_into_the_crash():
@@ -164,9 +165,9 @@ def test_judge_folds_a_peers_lost_connection_into_the_crash():
     second.crash = CrashFact("RuntimeError", "[gloo] Connection closed by peer [127.0.0.1]",
                              "t.py:8")
     out = judge.judge([second, first], [None, None], 2, "", 60)
-    crashes = [v for v in out.verdicts if v.check == judge.ScriptCheck.CRASH]
+    crashes = [v for v in out.checks if v.id == CheckId.CRASH]
     assert len(crashes) == 1 and crashes[0].ranks == (1,)
-    assert "rank 0 then lost its peer" in crashes[0].title
+    assert "rank 0 then lost its peer" in crashes[0].name
 
 
 # -- the launcher's view of ranks without facts (main's RankResult) ---------------------------
@@ -186,7 +187,7 @@ def test_judge_names_a_rank_killed_at_the_deadline_as_hung():
              _launched(1, RankStatus.HUNG, stuck_at="train.py:12 in main",
                        collective="all_reduce")]
     out = judge.judge([_rank(0, "bbb", 1), None], ranks, 2, "", 30, StopReason.DEADLINE)
-    hang = next(v for v in out.verdicts if v.check == judge.ScriptCheck.HANG)
+    hang = next(v for v in out.checks if v.id == CheckId.HANG)
     assert hang.status == "FAIL" and hang.ranks == (1,)
     assert "no result within --timeout 30 s" in hang.detail
     assert "stuck at train.py:12 in main in all_reduce" in hang.detail
@@ -199,7 +200,7 @@ def test_judge_a_rank_left_running_after_its_peers_ended_is_hung():
 
     ranks = [_launched(0, RankStatus.OK), _launched(1, RankStatus.STOPPED)]
     out = judge.judge([_rank(0, "bbb", 1), None], ranks, 2, "", 30, StopReason.PEER_FAILED)
-    hang = next(v for v in out.verdicts if v.check == judge.ScriptCheck.HANG)
+    hang = next(v for v in out.checks if v.id == CheckId.HANG)
     assert "still running after the other ranks had ended" in hang.detail
 
 
@@ -210,9 +211,9 @@ def test_judge_a_rank_stopped_by_torch_after_a_peer_died_is_not_a_second_failure
              _launched(1, RankStatus.CRASHED, exitcode=-11, exit_text="killed by SIGSEGV",
                        last_words="Fatal Python error: Segmentation fault at t.py:4 in f")]
     out = judge.judge([None, None], ranks, 2, "", 30)
-    alarms = [v for v in out.verdicts if v.status != "PASS"]
-    assert [(v.check, v.ranks) for v in alarms] == [(judge.ScriptCheck.CRASH, (1,))]
-    assert alarms[0].title == "rank 1 died (killed by SIGSEGV)"
+    alarms = [v for v in out.checks if v.status != "PASS"]
+    assert [(v.id, v.ranks) for v in alarms] == [(CheckId.CRASH, (1,))]
+    assert alarms[0].name == "rank 1 died (killed by SIGSEGV)"
     assert alarms[0].detail.startswith("Fatal Python error: Segmentation fault")
 
 

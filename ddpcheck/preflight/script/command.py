@@ -243,7 +243,7 @@ def _report(setup: ScriptSetup, run, judgement, one_process: bool, how: str, sec
         headline=headline, target=target.display, argv=list(target.argv), world_size=world,
         one_process=one_process, nodes=setup.nodes, backend=backend.backend,
         device=backend.device, cuda_stand_in=setup.cuda_stand_in, steps=setup.steps,
-        verdicts=list(judgement.verdicts), lint=list(judgement.lint),
+        checks=list(judgement.checks), lint=list(judgement.lint),
         lint_error=judgement.lint_error,
         writes=writes,
         ranks=[f.to_dict() if f is not None else _no_report(i, run)

@@ -1,6 +1,7 @@
 """Judge every rank's facts together (pure Python, no torch).
 
-Each runtime observation becomes a :class:`Verdict` with a check id, a status
+Each runtime observation becomes a :class:`~ddpcheck.preflight.checks.Check` (the
+factory mode's verdict model too) with a check id, a status
 and, where a ``ddpcheck lint`` rule predicts it statically, that rule's code:
 ``DDP101 confirmed: epoch 2 began without set_epoch``. The lint findings for
 the same script are attached beside them (:func:`link_lint`). Formatting is
@@ -11,13 +12,12 @@ from __future__ import annotations
 
 from ddpcheck.preflight.units import relative_path
 
-import enum
 import re
 from collections import defaultdict
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from ddpcheck.preflight.checks import FAIL, PASS, WARN, worst
+from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, CheckId, worst
 from ddpcheck.preflight.results import RankResult, RankStatus
 from ddpcheck.preflight.script.facts import Ending, LoaderFact
 from ddpcheck.preflight.script.standin import failure_is_stand_in
@@ -34,59 +34,14 @@ _PEER_LOST_RE = re.compile(r"Connection closed by peer|Connection reset by peer|
                            r"recv|Socket Timeout|NCCL communicator was aborted", re.I)
 
 
-class ScriptCheck(str, enum.Enum):
-    """What a verdict is about (stable ids for --format json)."""
-
-    BACKEND = "backend"
-    RUN = "run"
-    CRASH = "crash"
-    HANG = "hang"
-    COLLECTIVE_ORDER = "collective-order"
-    SET_EPOCH = "set-epoch"
-    SAMPLER = "distributed-sampler"
-    LAST_BATCH = "last-batch"
-    UNUSED_PARAMETERS = "unused-parameters"
-    CHECKPOINT = "checkpoint-writes"
-    FILE_WRITES = "file-writes"
-    DDP_WRAP = "ddp-wrap"
-    SYNC_BN = "sync-batchnorm"
-    MEMORY = "memory"
-    STAND_IN = "cpu-stand-in"  # something only a GPU can run: not checked, not the script's fault
-    DATA_PARALLEL = "data-parallel"
-    SINGLE_PROCESS = "single-process"
-    NODE_WRITES = "node-writes"
-
-
 # the static rule that predicts each runtime observation (None: runtime only)
 RULE_FOR = {
-    ScriptCheck.SET_EPOCH: "DDP101",
-    ScriptCheck.SAMPLER: "DDP104",
-    ScriptCheck.CHECKPOINT: "DDP301",
-    ScriptCheck.COLLECTIVE_ORDER: "DDP401",
-    ScriptCheck.SYNC_BN: "DDP201",
+    CheckId.SET_EPOCH: "DDP101",
+    CheckId.DISTRIBUTED_SAMPLER: "DDP104",
+    CheckId.CHECKPOINT_WRITES: "DDP301",
+    CheckId.COLLECTIVE_ORDER: "DDP401",
+    CheckId.SYNC_BN: "DDP201",
 }
-
-
-@dataclass(frozen=True)
-class Verdict:
-    check: ScriptCheck
-    status: str  # PASS / WARN / FAIL
-    title: str  # "DDP101 confirmed: epoch 2 began without set_epoch"
-    detail: str
-    fix: str = ""
-    rule: Optional[str] = None  # the lint rule that predicts it
-    ranks: tuple = ()
-
-    @property
-    def confirms(self) -> Optional[str]:
-        """The rule this run confirmed (a WARN/FAIL carrying a rule code)."""
-        return self.rule if self.status != PASS else None
-
-    def to_dict(self) -> dict:
-        data = asdict(self)
-        data["check"] = self.check.value
-        data["ranks"] = list(self.ranks)
-        return data
 
 
 @dataclass
@@ -102,17 +57,17 @@ class LintLink:
 
 @dataclass
 class Judgement:
-    verdicts: list = field(default_factory=list)
+    checks: list = field(default_factory=list)  # checks.Check, failures first
     lint: list = field(default_factory=list)
     lint_error: Optional[str] = None
 
     @property
     def status(self) -> str:
-        return worst(v for v in self.verdicts)
+        return worst(v for v in self.checks)
 
     @property
     def exit_code(self) -> int:
-        return 1 if any(v.status == FAIL for v in self.verdicts) else 0
+        return 1 if any(v.status == FAIL for v in self.checks) else 0
 
 
 def _ranks(ranks) -> str:
@@ -124,17 +79,17 @@ def _ranks(ranks) -> str:
     return "ranks " + ", ".join(str(r) for r in ranks[:-1]) + f" and {ranks[-1]}"
 
 
-def _title(check: ScriptCheck, status: str, text: str) -> str:
+def _title(check: CheckId, status: str, text: str) -> str:
     rule = RULE_FOR.get(check)
     if rule and status != PASS:
         return f"{rule} confirmed: {text}"
     return text
 
 
-def _v(check: ScriptCheck, status: str, text: str, detail: str, fix: str = "",
-       ranks=()) -> Verdict:
-    return Verdict(check, status, _title(check, status, text), detail, fix,
-                   RULE_FOR.get(check), tuple(sorted(ranks)))
+def _v(check: CheckId, status: str, text: str, detail: str, fix: str = "",
+       ranks=()) -> Check:
+    return Check(check, status, detail, fix, headline=_title(check, status, text),
+                 rule=RULE_FOR.get(check), ranks=tuple(ranks))
 
 
 def _at(where: str) -> str:
@@ -165,32 +120,32 @@ def judge(facts: list, ranks: list, world: int, backend_note: str, timeout: floa
     ``one_process``: the script ran as its only process driving ``world`` devices."""
     out = Judgement()
     have = [f for f in facts if f is not None]
-    out.verdicts.append(_backend(have, backend_note))
+    out.checks.append(_backend(have, backend_note))
     failed = _failures(facts, ranks, timeout, stop_reason)
-    out.verdicts += failed
-    out.verdicts += _collective_order(have)
+    out.checks += failed
+    out.checks += _collective_order(have)
     main = have[0] if have else None
     if main is not None:
-        crashed = any(v.check in (ScriptCheck.LAST_BATCH, ScriptCheck.DATA_PARALLEL)
+        crashed = any(v.id in (CheckId.LAST_BATCH, CheckId.DATA_PARALLEL)
                       for v in failed)
         if one_process:
-            out.verdicts += _one_process(main, world, crashed)
+            out.checks += _one_process(main, world, crashed)
         else:
-            out.verdicts += _loaders(have, world, crashed=crashed)
-            out.verdicts += _wraps(have, world)
-            out.verdicts += _writes(have)
-        out.verdicts += _memory(have)
-    if not any(v.status == FAIL for v in out.verdicts) and have:
-        out.verdicts.insert(1, _ran(have))
+            out.checks += _loaders(have, world, crashed=crashed)
+            out.checks += _wraps(have, world)
+            out.checks += _writes(have)
+        out.checks += _memory(have)
+    if not any(v.status == FAIL for v in out.checks) and have:
+        out.checks.insert(1, _ran(have))
     # failures first, then warnings, then what passed (each group in run order)
     order = {FAIL: 0, WARN: 1, PASS: 2}
-    out.verdicts.sort(key=lambda v: order[v.status])
+    out.checks.sort(key=lambda v: order[v.status])
     return out
 
 
-def _backend(have: list, note: str) -> Verdict:
+def _backend(have: list, note: str) -> Check:
     if not have:
-        return _v(ScriptCheck.BACKEND, PASS, "no rank reported back (see below)", note)
+        return _v(CheckId.BACKEND, PASS, "no rank reported back (see below)", note)
     asked = next((f.backend_asked for f in have if f.backend_asked), None)
     used = next((f.backend_used for f in have if f.backend_used), None)
     where = next((f.init_where for f in have if f.init_where), "")
@@ -209,13 +164,13 @@ def _backend(have: list, note: str) -> Verdict:
         # the CUDA calls answered are in --format json (ranks[].stand_in_used)
         detail += ("; .cuda() / .to('cuda') / set_device kept tensors on CPU: NCCL, CUDA "
                    "placement and GPU memory are unmeasured")
-    return _v(ScriptCheck.BACKEND, PASS, text, detail)
+    return _v(CheckId.BACKEND, PASS, text, detail)
 
 
-def _ran(have: list) -> Verdict:
+def _ran(have: list) -> Check:
     if all(f.ending == Ending.EXITED and not f.optimizer_steps for f in have):
         where = sorted({f.ending_detail for f in have if f.ending_detail})
-        return _v(ScriptCheck.RUN, WARN, "the script exited before its first training step",
+        return _v(CheckId.RUN, WARN, "the script exited before its first training step",
                   f"{'; '.join(where) or 'sys.exit'} on every rank: nothing after it was "
                   f"checked (a GPU-count check, a missing file, a --help?)",
                   "give the script what it needs to train (arguments, data, devices), or "
@@ -223,7 +178,7 @@ def _ran(have: list) -> Verdict:
     return _ran_through(have)
 
 
-def _ran_through(have: list) -> Verdict:
+def _ran_through(have: list) -> Check:
     steps = sorted({f.optimizer_steps for f in have})
     endings = sorted({f.ending.value for f in have})
     detail = "; ".join(sorted({f.ending_detail for f in have if f.ending_detail}
@@ -232,7 +187,7 @@ def _ran_through(have: list) -> Verdict:
     who = "the script ran" if have[0].one_process else "every rank ran the script"
     text = (f"{who}: {'/'.join(map(str, steps))} optimizer steps, "
             f"ended {'/'.join(endings)}")
-    return _v(ScriptCheck.RUN, PASS, text,
+    return _v(CheckId.RUN, PASS, text,
               (detail + "; " if detail else "") + f"{seconds:.1f} s in the script",
               ranks=[f.rank for f in have])
 
@@ -265,7 +220,7 @@ def _failures(facts: list, launched: list, timeout: float, stop_reason: StopReas
     return out
 
 
-def _crash_verdict(group: list, ctype: str, message: str, at: str) -> Verdict:
+def _crash_verdict(group: list, ctype: str, message: str, at: str) -> Check:
     """The verdict for one crash: a known cause (last batch of 1 with BatchNorm, a
     DataParallel replica with no input, unused parameters) or the exception itself
     with the script's own frames."""
@@ -279,7 +234,7 @@ def _crash_verdict(group: list, ctype: str, message: str, at: str) -> Verdict:
     if _UNUSED_RE.search(message):
         names = _UNUSED_NAMES_RE.search(crash.traceback or message)
         named = f": {names.group(1).strip()}" if names else ""
-        return _v(ScriptCheck.UNUSED_PARAMETERS, FAIL,
+        return _v(CheckId.UNUSED_PARAMETERS, FAIL,
                   f"parameters without a gradient crash DDP{named}",
                   f"{_ranks(ranks)}: {ctype}: {message}{at}. DDP waits for a gradient of every "
                   f"parameter; one the forward did not use never gets one, and the next step "
@@ -293,16 +248,16 @@ def _crash_verdict(group: list, ctype: str, message: str, at: str) -> Verdict:
     fix = (f"fix the {ctype} at {_at(crash.where)}" if crash.where else f"fix the {ctype}") + (
         "" if everyone or group[0].one_process else
         f"; only {_ranks(ranks)} raised it: look for rank-dependent code, data or paths")
-    return _v(ScriptCheck.CRASH, FAIL, f"{who} crashed{at}: {ctype}: {message}",
+    return _v(CheckId.CRASH, FAIL, f"{who} crashed{at}: {ctype}: {message}",
               f"traceback in your code: {frames}" if frames else
               "no frame of your code in the traceback", fix, ranks)
 
 
-def _stand_in_failure(group: list, ctype: str, message: str, at: str) -> Verdict:
+def _stand_in_failure(group: list, ctype: str, message: str, at: str) -> Check:
     """The CPU stand-in could not run something only a GPU can: say what was not
     checked; it is not the script's crash (WARN, exit 0 unless something else fails)."""
     steps = max(f.optimizer_steps for f in group)
-    return _v(ScriptCheck.STAND_IN, WARN,
+    return _v(CheckId.CPU_STAND_IN, WARN,
               f"not checked past {_at(group[0].crash.where) or 'this point'}: the CPU stand-in "
               f"for CUDA cannot run it",
               f"{ctype}: {message}{at}. The run stopped there after {steps} optimizer "
@@ -312,7 +267,7 @@ def _stand_in_failure(group: list, ctype: str, message: str, at: str) -> Verdict
               [f.rank for f in group])
 
 
-def _replica_crash(main, replica, cause: str, at: str) -> Verdict:
+def _replica_crash(main, replica, cause: str, at: str) -> Check:
     """DataParallel gave a replica no input: the last batch is smaller than the device
     count (or splits into fewer chunks than devices), with the arithmetic."""
     lf = next((x for x in main.loaders if x.epochs), None)
@@ -326,7 +281,7 @@ def _replica_crash(main, replica, cause: str, at: str) -> Verdict:
                    f"last batch holds {last} sample{'s' if last != 1 else ''}, which "
                    f"DataParallel splits into {chunks} chunk{'s' if chunks != 1 else ''}, so "
                    f"replica {replica.group(2)} gets no input; ")
-    return _v(ScriptCheck.DATA_PARALLEL, FAIL,
+    return _v(CheckId.DATA_PARALLEL, FAIL,
               f"DataParallel replica {replica.group(2)} got no input from the last batch{at}",
               f"{numbers}{replica.group(1)} in replica {replica.group(2)}: {cause}. Positional "
               f"and keyword arguments are scattered separately: the keyword arguments still "
@@ -350,13 +305,13 @@ def _launcher_failures(facts: list, launched: list, timeout: float,
             waited = (f"no result within --timeout {timeout:g} s"
                       if stop_reason == StopReason.DEADLINE else
                       "still running after the other ranks had ended")
-            out.append(_v(ScriptCheck.HANG, FAIL, f"rank {end.rank} hung",
+            out.append(_v(CheckId.HANG, FAIL, f"rank {end.rank} hung",
                           waited + (f", stuck at {where}" if where else "") + "; it was killed",
                           "a collective or barrier only some ranks reach, a DDP backward one "
                           "rank skipped, or a slow step: raise --timeout if it is only slow",
                           [end.rank]))
         elif end.status == RankStatus.CRASHED:
-            out.append(_v(ScriptCheck.CRASH, FAIL, f"rank {end.rank} died ({end.exit_text})",
+            out.append(_v(CheckId.CRASH, FAIL, f"rank {end.rank} died ({end.exit_text})",
                           end.last_words or "no Python traceback (a crash in native code?)",
                           "rerun with --gpus 1 to see the full error", [end.rank]))
     if waiting:
@@ -368,7 +323,7 @@ def _launcher_failures(facts: list, launched: list, timeout: float,
         if out:
             out[0] = replace(out[0], detail=f"{out[0].detail}; {said}")
         else:
-            out.append(_v(ScriptCheck.HANG, FAIL,
+            out.append(_v(CheckId.HANG, FAIL,
                           f"{_ranks([w.rank for w in waiting])} waited for peers that never came",
                           said, "see the other ranks' rows: one of them ended or went elsewhere",
                           [w.rank for w in waiting]))
@@ -385,13 +340,13 @@ def _hung(end: RankResult, stop_reason: StopReason) -> bool:
     return end.status == RankStatus.STOPPED and stop_reason != StopReason.NONE
 
 
-def _last_batch_crash(group: list, ctype: str, message: str, at: str) -> Verdict:
+def _last_batch_crash(group: list, ctype: str, message: str, at: str) -> Check:
     ranks = [f.rank for f in group]
     loader = next((lf for lf in group[0].loaders if lf.epochs), None)
     arithmetic = ""
     if loader is not None:
         arithmetic = f" ({_loader_numbers(loader)})"
-    return _v(ScriptCheck.LAST_BATCH, FAIL,
+    return _v(CheckId.LAST_BATCH, FAIL,
               "the epoch's last batch holds 1 sample and BatchNorm fails on it",
               f"served first, the last batch{arithmetic} crashed {_ranks(ranks)}: {ctype}: "
               f"{message}{at}; in a full run this comes at the end of epoch 1",
@@ -423,7 +378,7 @@ def _collective_order(have: list) -> list:
         compared = max((f.collective_count for f in have), default=0)
         if compared and len(have) > 1 and all(f.ending != Ending.CRASHED for f in have):
             ops = sorted({c.op for f in have for c in f.collectives})
-            return [_v(ScriptCheck.COLLECTIVE_ORDER, PASS,
+            return [_v(CheckId.COLLECTIVE_ORDER, PASS,
                        f"{compared} collectives in the same order on every rank",
                        ", ".join(ops))]
         return []
@@ -447,19 +402,20 @@ def _collective_order(have: list) -> list:
     parted = next((f.first_divergence for f in have if f.first_divergence), "")
     parted = (f"; the sequences parted at {parted}" if parted else "")
     if mm.reason in ("op", "ended"):
-        return [_v(ScriptCheck.COLLECTIVE_ORDER, FAIL, text,
+        return [_v(CheckId.COLLECTIVE_ORDER, FAIL, text,
                    f"collective #{mm.seq + 1}: the ranks disagree on what comes next; a real run "
                    f"hangs there (or mixes up tensors) until the NCCL timeout{parted}",
                    "make every rank reach the same collectives in the same order: move the "
                    "collective out of the rank-only branch (reduce on all ranks, print on "
                    "rank 0)", [first.rank] + [p.rank for p in mm.peers])]
-    return [Verdict(ScriptCheck.COLLECTIVE_ORDER, FAIL,
-                    f"{mine.op} with different {'shapes' if mm.reason == 'shape' else 'dtypes'}: "
-                    + text,
-                    f"collective #{mm.seq + 1}: the ranks pass different tensors; gloo raises, "
-                    f"NCCL hangs or reduces garbage",
-                    "pad or gather sizes first so every rank passes the same shape and dtype",
-                    None, tuple(sorted([first.rank] + [p.rank for p in mm.peers])))]
+    # a tensor mismatch is not what DDP401 predicts (a rank-only collective): no rule
+    return [Check(CheckId.COLLECTIVE_ORDER, FAIL,
+                  f"collective #{mm.seq + 1}: the ranks pass different tensors; gloo raises, "
+                  f"NCCL hangs or reduces garbage",
+                  "pad or gather sizes first so every rank passes the same shape and dtype",
+                  headline=f"{mine.op} with different "
+                           f"{'shapes' if mm.reason == 'shape' else 'dtypes'}: " + text,
+                  ranks=tuple([first.rank] + [p.rank for p in mm.peers]))]
 
 
 def _op(op: str, shapes: list, dtype: Optional[str], article: bool = False) -> str:
@@ -490,14 +446,14 @@ def _loaders(have: list, world: int, crashed: bool) -> list:
                          f"{lf.epochs[0].head[:6] if lf.epochs else []} on all ranks)"
                          if same else "Each rank walks the whole data set")
                       + f": one epoch is {world} epochs' worth of steps on duplicated data")
-            out.append(_v(ScriptCheck.SAMPLER, FAIL,
+            out.append(_v(CheckId.DISTRIBUTED_SAMPLER, FAIL,
                           f"the training DataLoader ({_at(lf.where)}) has no DistributedSampler",
                           detail,
                           "DataLoader(dataset, batch_size=B, sampler=DistributedSampler(dataset)) "
                           "and sampler.set_epoch(epoch) each epoch (shuffle goes to the sampler)",
                           [f.rank for f in have]))
         elif world > 1 and lf.distributed:
-            out.append(_v(ScriptCheck.SAMPLER, PASS,
+            out.append(_v(CheckId.DISTRIBUTED_SAMPLER, PASS,
                           f"the training DataLoader ({_at(lf.where)}) shards with "
                           f"DistributedSampler",
                           numbers))
@@ -517,17 +473,17 @@ def _set_epoch(lf: LoaderFact, main, have: list) -> list:
     calls = sum(e.set_epoch_calls for e in between)
     ranks = [f.rank for f in have]
     if e1.order_digest != e2.order_digest:
-        return [_v(ScriptCheck.SET_EPOCH, PASS,
+        return [_v(CheckId.SET_EPOCH, PASS,
                    f"set_epoch({e2.sampler_epoch}) before epoch 2: a new order",
                    f"{_at(lf.where)}: epoch 1 started {e1.head[:4]}, epoch 2 {e2.head[:4]}")]
     if calls == 0:
-        return [_v(ScriptCheck.SET_EPOCH, FAIL, "epoch 2 began without set_epoch",
+        return [_v(CheckId.SET_EPOCH, FAIL, "epoch 2 began without set_epoch",
                    f"the DistributedSampler of {_at(lf.where)} shuffled epoch 2 "
                    f"exactly like epoch 1 (rank {main.rank} starts {e2.head[:6]} both times): "
                    f"every epoch trains on the same order",
                    "call sampler.set_epoch(epoch) at the start of every epoch, before "
                    "iterating the DataLoader", ranks)]
-    return [_v(ScriptCheck.SET_EPOCH, FAIL,
+    return [_v(CheckId.SET_EPOCH, FAIL,
                f"set_epoch({e2.sampler_epoch}) gave epoch 2 epoch 1's order",
                f"set_epoch was called, but with the same value both epochs (the order at "
                f"{_at(lf.where)} repeats)",
@@ -539,12 +495,12 @@ def _last_batch(lf: LoaderFact, numbers: str, crashed: bool) -> list:
         return []
     last = lf.epochs[0].first_batch
     if last == 1 and lf.batch_size > 1:
-        return [_v(ScriptCheck.LAST_BATCH, WARN, "the epoch's last batch holds 1 sample",
+        return [_v(CheckId.LAST_BATCH, WARN, "the epoch's last batch holds 1 sample",
                    f"{numbers}; served first it ran, but its gradient is one sample's (noisy) "
                    f"and BatchNorm in training mode cannot take it",
                    "drop_last=True on the DataLoader, or a batch size that divides the "
                    "per-rank share")]
-    return [_v(ScriptCheck.LAST_BATCH, PASS, f"the epoch's last batch ({last} samples) ran first",
+    return [_v(CheckId.LAST_BATCH, PASS, f"the epoch's last batch ({last} samples) ran first",
                numbers)]
 
 
@@ -560,7 +516,7 @@ def _one_process(main, world: int, crashed: bool) -> list:
         out.append(_data_parallel(main, dp[0], crashed))
         return out
     copies = _what_copies_do(main, training, world)
-    out.append(_v(ScriptCheck.SINGLE_PROCESS, WARN,
+    out.append(_v(CheckId.SINGLE_PROCESS, WARN,
                   f"a single-process script: it uses one device, not {world}",
                   f"no process group and no DataParallel: run with python it trains on one "
                   f"GPU; {copies}",
@@ -583,18 +539,18 @@ def _what_copies_do(main, training: list, world: int) -> str:
     return ", ".join(parts)
 
 
-def _data_parallel(main, wrap, crashed: bool) -> Verdict:
+def _data_parallel(main, wrap, crashed: bool) -> Check:
     records = main.data_parallel
     devices = records[0]["devices"] if records else main.devices
     text = f"DataParallel built at {_at(wrap.where)}: one process drives {devices} devices"
     if crashed or not records:
-        return _v(ScriptCheck.DATA_PARALLEL, PASS, text,
+        return _v(CheckId.DATA_PARALLEL, PASS, text,
                   "its forward was emulated on CPU with torch's scatter rules")
     least = min(records, key=lambda r: r["replicas"])
     detail = (f"{len(records)} forward{'s' if len(records) != 1 else ''} scattered with "
               f"torch's rules on CPU; the smallest batch ({least['batch']} samples) ran on "
               f"{least['replicas']} of {devices} devices")
-    return _v(ScriptCheck.DATA_PARALLEL, PASS, text, detail)
+    return _v(CheckId.DATA_PARALLEL, PASS, text, detail)
 
 
 def _wraps(have: list, world: int) -> list:
@@ -604,20 +560,20 @@ def _wraps(have: list, world: int) -> list:
         ids = (f"device_ids={w.device_ids}" + (" (dropped: the module stands on CPU here)"
                                                if w.device_ids_dropped else "")
                if w.device_ids is not None else "device_ids=None")
-        out.append(_v(ScriptCheck.DDP_WRAP, PASS, f"{w.kind} built at {_at(w.where)}",
+        out.append(_v(CheckId.DDP_WRAP, PASS, f"{w.kind} built at {_at(w.where)}",
                       f"{ids}, find_unused_parameters={w.find_unused_parameters}, "
                       f"{w.parameters:,} parameters ({_size(w.parameter_bytes)}), "
                       f"{w.batchnorms} BatchNorm / {w.syncbatchnorms} SyncBatchNorm layers"))
     for s in main.syncbn:
         if s.after_wrap:
-            out.append(_v(ScriptCheck.SYNC_BN, WARN,
+            out.append(_v(CheckId.SYNC_BN, WARN,
                           f"convert_sync_batchnorm ran after the DDP wrap ({_at(s.where)})",
                           "DDP registered its hooks and buffers on the old BatchNorm layers",
                           "convert first, then wrap: DDP(SyncBatchNorm.convert_sync_batchnorm("
                           "model), ...)"))
     if world > 1 and not any(f.wraps for f in have) and main.optimizer_steps \
             and not any(f.collective_count for f in have):
-        out.append(_v(ScriptCheck.DDP_WRAP, WARN,
+        out.append(_v(CheckId.DDP_WRAP, WARN,
                       "no DDP and no collective: every rank trains its own copy",
                       f"{main.optimizer_steps} optimizer steps without gradients averaged "
                       f"across ranks",
@@ -641,7 +597,7 @@ def _writes(have: list) -> list:
             out.append(_node_writes(path, ranks, nodes))
             continue
         where = sorted({_at(w.where) for w in ranks.values()})
-        out.append(_v(ScriptCheck.CHECKPOINT, FAIL,
+        out.append(_v(CheckId.CHECKPOINT_WRITES, FAIL,
                       f"{_ranks(ranks)} all wrote {relative_path(path)}".replace(
                           "ranks 0 and 1 all", "ranks 0 and 1 both"),
                       f"torch.save at {', '.join(where)} ran on every rank: concurrent writes of "
@@ -651,25 +607,25 @@ def _writes(have: list) -> list:
     shared = [(p, r) for (is_save, p), r in by_path.items() if not is_save and len(r) > 1
               and any(w.kind == "open" for w in r.values())]
     for path, ranks in shared[:3]:
-        out.append(_v(ScriptCheck.FILE_WRITES, WARN,
+        out.append(_v(CheckId.FILE_WRITES, WARN,
                       f"{_ranks(ranks)} all wrote {relative_path(path)}",
                       "every rank opened it for writing: lines interleave or overwrite",
                       "write logs and files on rank 0 only", ranks.keys()))
     saves = [(f.rank, w) for f in have for w in f.writes if w.kind == "torch.save"]
-    if saves and not any(v.check in (ScriptCheck.CHECKPOINT, ScriptCheck.NODE_WRITES)
+    if saves and not any(v.id in (CheckId.CHECKPOINT_WRITES, CheckId.NODE_WRITES)
                          for v in out):
         listed = "; ".join(f"rank {r}: {relative_path(w.path)} ({_at(w.where)})"
                            for r, w in saves[:4])
-        out.append(_v(ScriptCheck.CHECKPOINT, PASS, "checkpoints written by one rank per file",
+        out.append(_v(CheckId.CHECKPOINT_WRITES, PASS, "checkpoints written by one rank per file",
                       listed))
     return out
 
 
-def _node_writes(path: str, ranks: dict, nodes: list) -> Verdict:
+def _node_writes(path: str, ranks: dict, nodes: list) -> Check:
     """One path written once per node: the save is guarded per node (local_rank == 0);
     on a filesystem the nodes share, they overwrite each other's file."""
     where = sorted({_at(w.where) for w in ranks.values()})
-    return _v(ScriptCheck.NODE_WRITES, WARN,
+    return _v(CheckId.NODE_WRITES, WARN,
               f"{relative_path(path)} is written by {len(nodes)} nodes "
               f"({', '.join(f'rank {r} on node {n}' for r, n in zip(sorted(ranks), nodes))})",
               f"torch.save at {', '.join(where)} runs once per node (a local-rank guard): on a "
@@ -686,7 +642,7 @@ def _memory(have: list) -> list:
         return []
     peak = max(measured, key=lambda f: f.memory.peak_bytes)
     m = peak.memory
-    return [_v(ScriptCheck.MEMORY, PASS,
+    return [_v(CheckId.MEMORY, PASS,
                f"peak {_size(m.peak_bytes)} in one training step at the script's batch "
                f"{m.batch}", f"rank {peak.rank}; {_size(m.baseline_bytes)} before the step "
                f"(parameters, gradients, optimizer state); {m.tool}")]
@@ -700,8 +656,8 @@ def link_lint(judgement: Judgement, findings: list, ended_early: bool = False) -
     ``ended_early``: the run stopped before the script's end (the steering's stop, a
     crash, something the CPU stand-in cannot run), so a finding the run did not
     confirm may lie past the point it reached."""
-    confirmed = {v.confirms for v in judgement.verdicts if v.confirms}
-    passed = {v.rule for v in judgement.verdicts if v.rule and v.status == PASS}
+    confirmed = {v.confirms for v in judgement.checks if v.confirms}
+    passed = {v.rule for v in judgement.checks if v.rule and v.status == PASS}
     checked = set(RULE_FOR.values())
     for f in findings:
         if f.code in confirmed:

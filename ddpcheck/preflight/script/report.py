@@ -1,4 +1,4 @@
-"""Print a script preflight: runtime verdicts with their rule codes, the writes
+"""Print a script preflight: runtime checks with their rule codes, the writes
 that were kept away from the user's folders, and ``ddpcheck lint`` beside."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ddpcheck.preflight.writes import writes_table
 
 @dataclass
 class ScriptReport:
-    """The script mode's result: what ran, the verdicts, lint beside, every rank's facts
+    """The script mode's result: what ran, the checks, lint beside, every rank's facts
     (typed; :meth:`to_dict` is the ``--format json`` document)."""
 
     headline: str
@@ -30,7 +30,7 @@ class ScriptReport:
     device: str
     cuda_stand_in: bool
     steps: int
-    verdicts: list  # judge.Verdict, failures first
+    checks: list  # checks.Check, failures first
     lint: list  # judge.LintLink
     lint_error: Optional[str]
     writes: list = field(default_factory=list)  # writes.Write rows: every change, by rank
@@ -49,7 +49,7 @@ class ScriptReport:
             "argv": self.argv, "world_size": self.world_size, "one_process": self.one_process,
             "nodes": self.nodes, "backend": self.backend, "device": self.device,
             "cuda_stand_in": self.cuda_stand_in, "steps": self.steps,
-            "verdicts": [v.to_dict() for v in self.verdicts],
+            "checks": [c.to_dict() for c in self.checks],
             "lint": [vars(x) for x in self.lint], "lint_error": self.lint_error,
             "writes": self.writes, "ranks": self.ranks,
             "timing": {"total_seconds": self.seconds, "workers_seconds": self.workers_seconds},
@@ -77,8 +77,8 @@ def render_text(result: ScriptReport) -> str:
         # the full sandbox goes without saying (json has it); a weaker one is said
         lines.insert(0 if result.unsandboxed else 1, result.sandbox)
     width = _width() - 10
-    for v in report["verdicts"]:
-        lines.append(textwrap.fill(v["title"], width, initial_indent=f"{v['status']:<6}",
+    for v in report["checks"]:
+        lines.append(textwrap.fill(v["name"], width, initial_indent=f"{v['status']:<6}",
                                    subsequent_indent=" " * 6, break_on_hyphens=False))
         if v["detail"]:
             lines.append(textwrap.fill(v["detail"], width, initial_indent=" " * 6,
@@ -99,7 +99,7 @@ def render_text(result: ScriptReport) -> str:
         lines.append(tabulate(_wrap_rows(rows, (None, None, None, 14, width - 50)),
                               headers=("rule", "line", "severity", "at run time", "finding"),
                               tablefmt="simple", disable_numparse=True))
-    counts = {s: sum(1 for v in report["verdicts"] if v["status"] == s) for s in (FAIL, WARN, PASS)}
+    counts = {s: sum(1 for v in report["checks"] if v["status"] == s) for s in (FAIL, WARN, PASS)}
     summary = ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no checks"
     lines += ["", f"{summary} -> exit {report['exit_code']} "
                   f"({report['timing']['total_seconds']:.1f} s)"]
