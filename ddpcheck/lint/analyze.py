@@ -10,6 +10,7 @@ import libcst as cst
 
 from ddpcheck.lint.pathmatch import matches_any, relative_posix
 from ddpcheck.model.filekind import LIBRARY, SCRIPT, TEST, library_module, test_functions
+from ddpcheck.model.memo import TooComplex
 from ddpcheck.model.positions import positions_of
 from ddpcheck.model.processes import one_process
 from ddpcheck.model.project import Project
@@ -89,6 +90,10 @@ def rule_hits(text: str, path: str, settings: LintSettings, project: Project | N
         rule = rule_cls()
         try:
             hits.extend((rule, hit) for hit in rule.check(model))
+        except TooComplex:
+            # a question this rule asked is unknown (too much work for the engine's
+            # budget): the rule reports nothing more here, and that is no error
+            continue
         except RecursionError:
             crashed.append(RuleCrash(code, "too deeply nested"))
         except Exception as exc:  # a bug in one rule must not hide the others' findings

@@ -8,7 +8,7 @@ import re
 
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import FunctionInfo, ScriptModel
-from ddpcheck.model.flow import Made, called_qual, instance_class, library_bases
+from ddpcheck.model.flow import Class, callee_value, called_qual, library_bases
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
 from ddpcheck.model.flow import callees, resolve_call
 
@@ -65,6 +65,7 @@ def init_calls(model: ScriptModel) -> list:
 # the launcher's environment (torchrun's RANK / WORLD_SIZE) is set: a script
 # built on them runs as several processes under torchrun without a word of
 # torch.distributed of its own.
+TRAINER_NEED = (("Trainer", "Accelerator", "Fabric", "deepspeed"),)
 LIBRARY_TRAINERS = (
     ("transformers.", "Trainer"), ("trl.", "Trainer"), ("accelerate.", "Accelerator"),
     ("lightning.", "Trainer"), ("pytorch_lightning.", "Trainer"), ("lightning.", "Fabric"),
@@ -78,9 +79,11 @@ def starts_group_itself(model: ScriptModel, site) -> bool:
     `Fabric`, `deepspeed.initialize`), or of a class of the tree deriving from one."""
     qual = called_qual(model, site) or ""
     names = {qual} if qual else set()
-    cls = instance_class(model, Made(model, site))
-    if cls is not None:
-        names |= library_bases(*cls)
+    if not qual:
+        # a class of the tree deriving from one: only a module naming them is read
+        for atom in callee_value(model, site, TRAINER_NEED).atoms:
+            if isinstance(atom, Class):
+                names |= library_bases(atom.model, atom.cls)
     return any(q.startswith(prefix) and q.endswith(suffix) for q in names for prefix, suffix in LIBRARY_TRAINERS)
 
 

@@ -203,15 +203,20 @@ class Item:
 class Dispatch:
     """`self.name(...)` at `site` in a method: which method runs depends on
     the class of the object `self` holds (an override in a subclass wins).
-    `static` is what the method found from the method's own class returns;
-    once `param` (the `self`) is bound to a known object, the call is looked
-    up again on that object's class."""
+    Its static answer is what `method` (found from the method's own class,
+    in `fmodel`) returns; once `param` (the `self`) is bound to a known
+    object, the call is looked up again on that object's class."""
 
     model: ScriptModel
     site: CallSite
     name: str
     param: Param
-    static: "Value"
+    fmodel: ScriptModel
+    method: FunctionInfo
+
+    @property
+    def static(self) -> "Value":
+        return _static_result(self.model, self.site, self.fmodel, self.method, self.param)
 
 
 @dataclass(frozen=True, eq=False)
@@ -282,7 +287,7 @@ class Value:
 
     @property
     def params(self) -> tuple[Param, ...]:
-        return tuple(a for a in self.atoms if isinstance(a, Param))
+        return tuple(a for a in self.atoms if type(a) is Param)
 
     def made_by(self, *names: str) -> tuple[Made, ...]:
         """The atoms made by torch's `names` (`"DataLoader"`, `"DistributedSampler"`)."""
@@ -1019,12 +1024,13 @@ def call_result(model: ScriptModel, site: CallSite, callee) -> Value:
     if isinstance(callee, Bound):
         if callee.fn.yields:
             return just(Made(model, site))
-        static = _returned(callee.model, callee.fn, model, site, callee.receiver)
-        selves = [a for a in callee.receiver.atoms if isinstance(a, Param)] if isinstance(callee.receiver, Value) else []
-        if len(selves) == 1 and len(callee.receiver.atoms) == 1 and instance_class(selves[0].model, selves[0]):
-            # `self.make()` in a method: the object's own class decides which `make` runs
-            return just(Dispatch(model, site, callee.fn.name, selves[0], static))
-        return static
+        receiver = callee.receiver
+        if isinstance(receiver, Value) and len(receiver.atoms) == 1:
+            (self_atom,) = receiver.atoms
+            if type(self_atom) is Param and instance_class(self_atom.model, self_atom):
+                # `self.make()` in a method: the object's own class decides which `make` runs
+                return just(Dispatch(model, site, callee.fn.name, self_atom, callee.model, callee.fn))
+        return _returned(callee.model, callee.fn, model, site, receiver)
     if isinstance(callee, Class):
         return just(Made(model, site))   # a new object of the class, made here
     if isinstance(callee, Member):
@@ -1095,6 +1101,12 @@ def _library_call(model: ScriptModel, site: CallSite, qual: str) -> Value:
     return just(Made(model, site))
 
 
+@query(on_cycle=EMPTY)
+def _static_result(model: ScriptModel, site: CallSite, fmodel: ScriptModel, fn: FunctionInfo, param: Param) -> Value:
+    """What `self.name(...)` returns with the method found from the class it is written in."""
+    return _returned(fmodel, fn, model, site, just(param))
+
+
 def _value_of_param(model: ScriptModel, fn: FunctionInfo, name: str) -> Value:
     return just(Param(model, fn, name))
 
@@ -1131,7 +1143,7 @@ def _bind(model: ScriptModel, site: CallSite, value: Value, fmodel: ScriptModel,
 
 
 def _mentions_params(value: Value, fn: FunctionInfo) -> bool:
-    return any(_atom_mentions(atom, fn) for atom in value.atoms)
+    return any(_atom_mentions(atom, fn) for atom in value.atoms if _symbolic(atom))
 
 
 def _atom_mentions(atom, fn: FunctionInfo) -> bool:
@@ -1140,7 +1152,7 @@ def _atom_mentions(atom, fn: FunctionInfo) -> bool:
     if isinstance(atom, (Member, Item)):
         return _atom_mentions(atom.receiver, fn)
     if isinstance(atom, Dispatch):
-        return atom.param.fn is fn or _mentions_params(atom.static, fn)
+        return atom.param.fn is fn or _mentions_params(atom.static, fn)   # its arguments may read fn's
     if isinstance(atom, Seq):
         return atom.items is not None and any(_mentions_params(v, fn) for v in atom.items)
     if isinstance(atom, Mapping):
@@ -1152,7 +1164,43 @@ def _substitute(value: Value, replace) -> Value:
     """`value` with each Param that `replace(param)` knows replaced by it,
     and what was read from those parameters (`kw["sampler"]`, `cfg.lr`,
     `self.make()`) looked up again on what replaces them."""
-    return union(_substitute_atom(atom, replace) for atom in value.atoms)
+    out: set | None = None
+    for atom in value.atoms:
+        if not _symbolic(atom):
+            if out is not None:
+                out.add(atom)
+            continue
+        new = _substitute_atom(atom, replace)
+        if out is None:
+            if len(new.atoms) == 1 and atom in new.atoms:
+                continue
+            out = {a for a in value.atoms if not _symbolic(a)}
+        out |= new.atoms
+    if out is None:
+        return value
+    # symbolic atoms left unchanged before `out` was started
+    for atom in value.atoms:
+        if _symbolic(atom) and atom not in out:
+            new = _substitute_atom(atom, replace)
+            out |= new.atoms
+    return Value(frozenset(out)) if out else EMPTY
+
+
+def _symbolic(atom) -> bool:
+    """The atom reads a parameter somewhere (itself, its receiver, its items)."""
+    kind = type(atom)
+    if kind is Param or kind is Dispatch:
+        return True
+    if kind is Member or kind is Item:
+        return _symbolic(atom.receiver)
+    if kind is Seq or kind is Mapping:
+        found = atom.__dict__.get("_symbolic")
+        if found is None:
+            values = atom.items or () if kind is Seq else tuple(v for _, v in atom.entries)
+            found = any(_symbolic(a) for v in values for a in v.atoms)
+            object.__setattr__(atom, "_symbolic", found)
+        return found
+    return False
 
 
 def _substitute_atom(atom, replace) -> Value:
@@ -1176,7 +1224,11 @@ def _substitute_atom(atom, replace) -> Value:
     if isinstance(atom, Dispatch):
         receiver = replace(atom.param)
         if receiver is None or receiver == just(atom.param):
-            return just(Dispatch(atom.model, atom.site, atom.name, atom.param, _substitute(atom.static, replace)))
+            # `self` stays unknown here: keep the dispatch if nothing else changes,
+            # else settle it to the method of its own class
+            static = atom.static
+            bound = _substitute(static, replace)
+            return just(atom) if bound is static else bound
         return union(_dispatch(atom, r, replace) for r in receiver.atoms)
     if isinstance(atom, Seq) and atom.items is not None:
         items = tuple(_substitute(v, replace) for v in atom.items)
@@ -1204,7 +1256,7 @@ def _dispatch(atom: Dispatch, receiver, replace) -> Value:
     bound = [b for b in found.atoms if isinstance(b, Bound)]
     if not bound:
         return _substitute(atom.static, replace)
-    return union(call_result(atom.model, atom.site, b) for b in bound)
+    return _substitute(union(call_result(atom.model, atom.site, b) for b in bound), replace)
 
 
 def _positional_params(fn: FunctionInfo) -> list[str]:
@@ -1604,7 +1656,7 @@ def param_value(model: ScriptModel, fn: FunctionInfo, name: str) -> Value:
 def resolved(model: ScriptModel, value: Value) -> Value:
     """`value` with the Params of `model`'s functions replaced by what the
     file's call sites pass (and what was read from them looked up again)."""
-    if not any(isinstance(a, (Param, Member, Item, Dispatch)) for a in value.atoms):
+    if not any(_symbolic(a) for a in value.atoms):
         return value
     return _substitute(value, lambda p: param_value(model, p.fn, p.name) if p.model is model else None)
 
@@ -1625,7 +1677,7 @@ def constant_of(model: ScriptModel, expr: cst.BaseExpression | None, scope: Func
 def bind(model: ScriptModel, call: CallSite, value: Value) -> Value:
     """`value`, computed in the function `call` lands in (in this file or a
     helper module), seen from `call`."""
-    if not value.params:
+    if not any(_symbolic(a) for a in value.atoms):
         return value
     targets = call_targets(model, call)
     if len(targets) != 1:
@@ -1765,25 +1817,44 @@ class Pass:
         return self.iter_call.node.args[0].value if self.iter_call is not None and self.iter_call.node.args else None
 
 
+# A module whose functions can make or iterate a data loader names one:
+# `DataLoader`, a `*loader*` / `*sampler*` / `*batches*` variable, a
+# generator that `yield`s. Calls into other modules are not followed for passes.
+LOADER_NEED: Need = (("DataLoader", "yield", "*loader", "*Loader", "*sampler", "*batches", "*dataset"),)
+
+
+def _loaders_only(value: Value) -> Value:
+    """What of a consumed value a pass is kept for: DataLoaders (and objects
+    of classes deriving from it), and what may still become one once the
+    function's parameters are bound. `for i in range(n)` is no pass of interest."""
+    kept = [a for a in value.atoms if _symbolic(a) or (type(a) is Made and instance_of(a, "DataLoader"))]
+    if len(kept) == len(value.atoms):
+        return value
+    return Value(frozenset(kept)) if kept else EMPTY
+
+
 @query(on_cycle=())
 def passes(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Pass, ...]:
+    """Every complete `for` pass over a data loader (model/values.py's
+    DataLoaders, or a parameter that may hold one) that running `fn`
+    performs, directly or in the functions it calls."""
     found: list[Pass] = []
     for loop in loops_in(model, fn):
         if not loop.is_for:
             continue
-        consumed_value = iterated(model, loop.iter)
+        consumed_value = _loaders_only(iterated(model, loop.iter))
         if not consumed_value:
             continue
         epoch = loop.ctx.loops[-1] if loop.ctx.loops else None
         found.append(Pass(consumed_value, loop, model, epoch, model if epoch else None))
     found += _iter_passes(model, fn)
     for call in model.calls_in(fn):
-        target = resolve_call(model, call)
+        target = resolve_call(model, call, LOADER_NEED)
         if target is None or target[1] is fn or is_generator(target[1]):
             continue
         tmodel, callee = target
         for p in passes(tmodel, callee):
-            consumed_value = bind(model, call, p.consumed)
+            consumed_value = _loaders_only(bind(model, call, p.consumed))
             if not consumed_value:
                 continue
             if p.epoch is None and call.ctx.loops:
@@ -1795,13 +1866,13 @@ def passes(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Pass, ...]:
     # generators created here: `loader = sample_data(loader)` runs its loops when it is iterated,
     # its epoch loop (the `while True`) is its own
     for call in model.calls_in(fn):
-        target = resolve_call(model, call)
+        target = resolve_call(model, call, LOADER_NEED)
         if target is None or not is_generator(target[1]):
             continue
         tmodel, gen = target
         for p in passes(tmodel, gen):
             if p.epoch is not None:
-                consumed_value = bind(model, call, p.consumed)
+                consumed_value = _loaders_only(bind(model, call, p.consumed))
                 if consumed_value:
                     found.append(Pass(consumed_value, p.loop, p.loop_model, p.epoch, p.epoch_model,
                                       (call,) + p.via, p.iter_call))
@@ -1825,7 +1896,7 @@ def _iter_passes(model: ScriptModel, fn: FunctionInfo | None) -> list[Pass]:
         site = model.site_of.get(id(a.value))
         if site is None or site.func != "iter" or len(site.node.args) != 1:
             continue
-        consumed_value = iterated(model, site.node.args[0].value)
+        consumed_value = _loaders_only(iterated(model, site.node.args[0].value))
         if consumed_value:
             epoch = site.ctx.loops[-1] if site.ctx.loops else None
             found.append(Pass(consumed_value, None, model, epoch, model if epoch else None, iter_call=site))
@@ -1941,5 +2012,5 @@ __all__ = [
     "consumed_per_epoch", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value",
     "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
-    "argument_places", "literal_entry", "expression_at_call",
+    "argument_places", "literal_entry", "expression_at_call", "LOADER_NEED",
 ]

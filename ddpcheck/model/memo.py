@@ -11,19 +11,22 @@ to one `Memo`, owned by the run's `Project` (model/project.py): nothing is
 kept process-wide, and two runs in one process never see each other's
 answers.
 
-Recursion is a fixed point, not a depth limit. A query that re-enters itself
-with the same arguments (a helper that calls itself, `a = b; b = a`) gets
-`on_cycle` back for the inner call: the conservative "not known" answer.
-Every answer computed *below* the re-entered frame depended on that cut-short
-value, so it is not kept: it is recomputed when asked again from outside the
-cycle, and answers never depend on the order questions were asked in. The
-re-entered frame itself is kept: its answer already accounts for every path
-out of the cycle.
+Recursion is a fixed point, not a depth limit. A question that re-enters
+itself (a helper that calls itself, `a = b; b = a`, two methods reading each
+other's attributes) gets the re-entered question's current answer, `on_cycle`
+at first (the conservative "nothing known yet"). Every answer computed below
+it depends on that answer: it is kept as provisional, reused (not recomputed)
+while the cycle is being solved, and the question at the head of the cycle is
+asked again with its new answer until its answer stops changing; then every
+provisional answer of the cycle is kept for good. Answers grow with each
+round (sets of objects, sets of worlds), so a few rounds reach the fixed
+point; a cycle still changing after `MAX_ROUNDS` rounds answers `on_cycle`.
 
 A budget bounds the work of one question: past `Memo.budget` evaluations
-below one outermost query, that query answers `on_cycle` ("unknown") and
-keeps nothing it computed on the way. Unknown stays unknown: rules never
-report from it.
+below one outermost question, or a chain of questions deeper than Python's
+stack allows, the question is unknown and its asker gets `TooComplex`.
+Answers completed on the way are kept (they are right); the ones in progress
+are not. Unknown stays unknown: a rule never reports from it.
 """
 
 from __future__ import annotations
@@ -33,80 +36,144 @@ from typing import Any, Callable, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_NOT_CUT = 1 << 62   # a frame that depended on no cut-short recursion
+_NOT_CUT = 1 << 62   # a frame that depended on no question in progress
 _MISSING = object()
 
 # Evaluations one outermost question may take before it is answered
 # "unknown". Real training code needs a few thousand; the limit is there for
 # the pathological (a value flowing through thousands of wrappers).
 DEFAULT_BUDGET = 200_000
+# Rounds a cycle's head may take before its answer is declared unknown.
+MAX_ROUNDS = 8
 
 
 class OverBudget(Exception):
-    """Raised through the frames of a question that ran out of budget; the
-    outermost frame turns it into its `on_cycle` answer."""
+    """Raised through the frames of a question that ran out of budget."""
+
+
+class TooComplex(Exception):
+    """What the outermost question raises to its asker (a rule) when it ran
+    out of budget, or needed a chain of questions deeper than Python's stack:
+    its answer is unknown, and a rule reports nothing from it (the driver
+    drops that rule for that file, see lint/analyze.py)."""
 
 
 class _Frame:
-    __slots__ = ("depth", "depends_on")
+    __slots__ = ("depth", "depends_on", "answer", "reentered")
 
-    def __init__(self, depth: int) -> None:
+    def __init__(self, depth: int, on_cycle: Any) -> None:
         self.depth = depth
-        # the shallowest stack depth of a frame whose in-progress value this
+        # the shallowest stack depth of a frame in progress whose answer this
         # frame (or a frame it called) read; _NOT_CUT when none
         self.depends_on = _NOT_CUT
+        self.answer = on_cycle      # what a re-entry reads: the answer of the last round
+        self.reentered = False
 
 
 class Memo:
     """The questions in progress for one run, across every model of it (a
     cycle can run through several files: a helper in utils.py calling back
-    into train.py), and the budget of the outermost one."""
+    into train.py), their provisional answers, and the budget of the
+    outermost one."""
 
     def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
         self.budget = budget
         self.stack: list[_Frame] = []
         self.active: dict[tuple, int] = {}   # (id(model), key) -> depth of its frame
+        # answers that depend on a frame in progress: (id(model), key) ->
+        # (answer, the depth it depends on, model, key); and per depth the keys depending on it
+        self.provisional: dict[tuple, tuple] = {}
+        self.pending: dict[int, list[tuple]] = {}
         self.spent = 0                       # evaluations below the outermost frame
         self.evaluations = 0                 # all evaluations of the run (for profiles and tests)
 
     def ask(self, func, model, args: tuple, kwargs: dict, key: tuple, on_cycle: Any) -> Any:
-        answers = model.answers
         active_key = (id(model), key)
-        depth = self.active.get(active_key)
         stack = self.stack
+        depth = self.active.get(active_key)
         if depth is not None:
-            # Re-entered: answer conservatively and remember that every frame
-            # from `depth` down is provisional.
+            # Re-entered: read the answer of its last round and mark every frame
+            # from `depth` down as depending on it.
+            frame = stack[depth]
+            frame.reentered = True
             top = stack[-1]
             if depth < top.depends_on:
                 top.depends_on = depth
-            return on_cycle
+            return frame.answer
+        found = self.provisional.get(active_key)
+        if found is not None:
+            # solved in this round of an enclosing cycle: reuse it
+            answer, dep = found[0], found[1]
+            if stack and dep < stack[-1].depends_on:
+                stack[-1].depends_on = dep
+            return answer
         outermost = not stack
         if outermost:
             self.spent = 0
-        self.spent += 1
-        self.evaluations += 1
-        if self.spent > self.budget:
-            raise OverBudget
-        frame = _Frame(len(stack))
+        frame = _Frame(len(stack), on_cycle)
         stack.append(frame)
         self.active[active_key] = frame.depth
         try:
-            result = func(model, *args, **kwargs)
-        except OverBudget:
+            rounds = 0
+            while True:
+                self.spent += 1
+                self.evaluations += 1
+                if self.spent > self.budget:
+                    raise OverBudget
+                result = func(model, *args, **kwargs)
+                if not frame.reentered or _same(result, frame.answer):
+                    break
+                # the cycle's head: go round again with the new answer, forgetting
+                # what was computed from the old one
+                rounds += 1
+                self._forget(frame.depth)
+                if rounds >= MAX_ROUNDS:
+                    result = on_cycle
+                    break
+                frame.answer = result
+                frame.reentered = False
+                frame.depends_on = _NOT_CUT
+        except BaseException as exc:
+            # out of budget (or interrupted): nothing in progress is kept
+            self._forget(frame.depth)
             if outermost:
-                return on_cycle
+                self.provisional.clear()
+                self.pending.clear()
+            if outermost and isinstance(exc, (OverBudget, RecursionError)):
+                raise TooComplex(type(exc).__name__) from None
             raise
         finally:
             stack.pop()
             del self.active[active_key]
         if frame.depends_on >= frame.depth:
-            answers[key] = result                # complete: no cut-short value above it
-        elif stack:
-            parent = stack[-1]
-            if frame.depends_on < parent.depends_on:
-                parent.depends_on = frame.depends_on
+            # complete: so is every answer that waited on this frame
+            model.answers[key] = result
+            for waiting in self.pending.pop(frame.depth, ()):
+                entry = self.provisional.pop(waiting, None)
+                if entry is not None:
+                    entry[2].answers[entry[3]] = entry[0]
+        else:
+            dep = frame.depends_on
+            self.provisional[active_key] = (result, dep, model, key)
+            waiting = self.pending.setdefault(dep, [])
+            waiting.append(active_key)
+            waiting.extend(self.pending.pop(frame.depth, ()))
+            if stack and dep < stack[-1].depends_on:
+                stack[-1].depends_on = dep
         return result
+
+    def _forget(self, depth: int) -> None:
+        """Drop the provisional answers that depend on the frame at `depth` or deeper."""
+        for d in [d for d in self.pending if d >= depth]:
+            for waiting in self.pending.pop(d):
+                self.provisional.pop(waiting, None)
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return a == b
+    except Exception:   # pragma: no cover - answers that cannot be compared: another round decides
+        return a is b
 
 
 def query(fn: F | None = None, *, on_cycle: Any = None) -> F:
@@ -130,4 +197,4 @@ def query(fn: F | None = None, *, on_cycle: Any = None) -> F:
     return decorate  # type: ignore[return-value]
 
 
-__all__ = ["Memo", "query", "OverBudget", "DEFAULT_BUDGET"]
+__all__ = ["Memo", "query", "OverBudget", "TooComplex", "DEFAULT_BUDGET", "MAX_ROUNDS"]

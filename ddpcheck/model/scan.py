@@ -20,12 +20,20 @@ _DEF = re.compile(r"^[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)", re.M)
 
 # What an asker looks for, as groups of names: a module matches when it names
 # one of every group (`((distributed modules), (collective names))`: a
-# `reduce` alone is functools', not a collective).
+# `reduce` alone is functools', not a collective). A name starting with `*`
+# matches any identifier containing the rest (`*loader`: `train_loader`).
 Need = tuple[tuple[str, ...], ...]
 
 
 def names_match(identifiers: frozenset[str], need: Need) -> bool:
-    return all(not identifiers.isdisjoint(group) for group in need)
+    return all(_group_matches(identifiers, group) for group in need)
+
+
+def _group_matches(identifiers: frozenset[str], group: tuple[str, ...]) -> bool:
+    if not identifiers.isdisjoint(group):
+        return True
+    parts = [g[1:] for g in group if g.startswith("*")]
+    return bool(parts) and any(p in ident for ident in identifiers for p in parts)
 
 
 @dataclass(frozen=True)

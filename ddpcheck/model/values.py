@@ -15,8 +15,8 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    Made, Value, call_argument, call_targets, constant_of, element_of, instance_of, is_api_call, resolved,
-    value_of,
+    LOADER_NEED, Made, Value, call_argument, call_targets, constant_of, element_of, instance_of, is_api_call,
+    resolved, value_of,
 )
 from ddpcheck.model.library import RETURNS_RECEIVER
 from ddpcheck.model.memo import query
@@ -211,7 +211,7 @@ def _held_loaders(model: ScriptModel) -> tuple[LoaderInfo, ...]:
         if not isinstance(value, cst.Call) or a.augmented is not None:
             continue
         site = call_site(model, value)
-        if site is None or is_api_call(model, site, "DataLoader") or not call_targets(model, site):
+        if site is None or is_api_call(model, site, "DataLoader") or not call_targets(model, site, LOADER_NEED):
             continue
         held = value_of(model, a.value) if a.value is not None else element_of(model, a.unpacked[0], a.unpacked[1])
         for atom in held.made_by("DataLoader"):

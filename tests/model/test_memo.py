@@ -3,7 +3,9 @@ arguments, owned by one Memo per run, cycles answered with on_cycle,
 nothing cached from a cut-short recursion, a budget past which the answer
 is "unknown"."""
 
-from ddpcheck.model.memo import Memo, query
+import pytest
+
+from ddpcheck.model.memo import Memo, TooComplex, query
 
 
 class FakeProject:
@@ -40,9 +42,9 @@ def test_answers_are_memoised_per_query_function_and_arguments():
     assert other_query(m, "a") == ("other", "a")   # same argument, other query: no collision
 
 
-def test_cycle_reads_as_on_cycle_and_inner_frames_are_not_cached():
-    # a -> b -> a (cycle), b -> sink: b's answer computed inside the cycle
-    # is provisional; asking b first or a first gives the same answers.
+def test_a_cycle_is_solved_to_its_fixed_point_whichever_question_comes_first():
+    # a -> b -> a (cycle), b -> sink: b's first answer inside the cycle reads
+    # a's provisional "no"; the head goes round again until nothing changes.
     edges = {"a": ["b"], "b": ["a", "sink"], "c": ["c"]}
     first = FakeModel(edges)
     assert reaches_sink(first, "a") is True
@@ -50,21 +52,41 @@ def test_cycle_reads_as_on_cycle_and_inner_frames_are_not_cached():
     second = FakeModel(edges)
     assert reaches_sink(second, "b") is True
     assert reaches_sink(second, "a") is True
-    assert reaches_sink(FakeModel(edges), "c") is False   # a pure self-cycle reads as on_cycle
+    assert reaches_sink(FakeModel(edges), "c") is False   # a pure self-cycle: nothing reaches the sink
 
 
-def test_value_computed_under_a_cut_is_recomputed_from_outside_the_cycle():
-    # x -> y -> x: y is evaluated while x is in progress (cut short), so y's
-    # answer is not cached; asked on its own later, it is recomputed.
+def test_answers_inside_a_cycle_are_kept_once_it_is_solved():
+    # x -> y -> x: y is answered while x is in progress; once x's answer stops
+    # changing, y's is kept too: asked later, nothing is recomputed.
     edges = {"x": ["y"], "y": ["x"]}
     m = FakeModel(edges)
     assert reaches_sink(m, "x") is False
     m.calls.clear()
     assert reaches_sink(m, "y") is False
-    assert m.calls[0] == "y"                  # recomputed, not served from a provisional cache
-    m.calls.clear()
     assert reaches_sink(m, "x") is False
-    assert m.calls == []                      # the cycle's entry frame was cached
+    assert m.calls == []
+
+
+def test_a_big_cycle_is_solved_in_a_few_rounds_not_by_recomputing_it_from_every_member():
+    # a ring of 60 nodes, each also pointing back to the start: every member
+    # depends on a question in progress; without provisional answers the
+    # members were recomputed from each other over and over
+    ring = {i: [(i + 1) % 60, 0] for i in range(60)}
+    ring[59].append("sink")
+    m = FakeModel(ring)
+    assert reaches_sink(m, 0) is True
+    assert all(reaches_sink(m, i) is True for i in range(60))
+    assert m.project.memo.evaluations < 60 * 8
+
+
+@query(on_cycle=0)
+def flip(model, node):
+    """Not monotone: each round changes the answer (1 - previous)."""
+    return 1 - flip(model, node)
+
+
+def test_a_cycle_that_never_settles_is_unknown():
+    assert flip(FakeModel({}), "n") == 0   # on_cycle after MAX_ROUNDS rounds
 
 
 def test_cycles_across_models_of_one_run_are_caught():
@@ -79,15 +101,24 @@ def test_cycles_across_models_of_one_run_are_caught():
     assert ping(a, 1) == "cut"
 
 
-def test_a_question_past_its_budget_is_unknown_and_nothing_of_it_is_kept():
+def test_a_question_past_its_budget_is_unknown_and_nothing_in_progress_is_kept():
     # a chain 0 -> 1 -> ... -> 50 -> sink: 52 evaluations, over a budget of 20
     chain = {i: [i + 1] for i in range(50)}
     chain[50] = ["sink"]
     m = FakeModel(chain, FakeProject(budget=20))
-    assert reaches_sink(m, 0) is False        # on_cycle: unknown, not a guess
+    with pytest.raises(TooComplex):
+        reaches_sink(m, 0)                     # unknown: its asker (a rule) reports nothing from it
     assert (reaches_sink.__wrapped__, (0,), ()) not in m.answers
+    assert m.project.memo.stack == [] and not m.project.memo.provisional
     roomy = FakeModel(chain, FakeProject(budget=1000))
     assert reaches_sink(roomy, 0) is True
+
+
+def test_a_chain_deeper_than_pythons_stack_is_unknown_not_a_crash():
+    chain = {i: [i + 1] for i in range(5000)}
+    m = FakeModel(chain, FakeProject(budget=100_000))
+    with pytest.raises(TooComplex):
+        reaches_sink(m, 0)
 
 
 def test_two_runs_never_share_answers_or_questions_in_progress():
