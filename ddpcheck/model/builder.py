@@ -13,7 +13,6 @@ statements say exactly which child runs under which branch or loop.
 
 from __future__ import annotations
 
-import re
 
 import libcst as cst
 
@@ -23,7 +22,7 @@ from ddpcheck.model.script import (
     YieldInfo,
 )
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
-from ddpcheck.model.reads import ENV_READ_CALLS, Division, _child_fields, chain_names, env_name, subscript_name
+from ddpcheck.model.reads import ENV_READ_CALLS, Division, _child_fields, env_name, subscript_name
 
 
 _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
@@ -50,6 +49,9 @@ def target_keys(node: cst.BaseExpression) -> list[str]:
             if isinstance(idx, cst.Index) and isinstance(idx.value, cst.SimpleString):
                 return [f"{base}[{idx.value.evaluated_value!r}]"]
     return []
+
+
+_UNKNOWN_NAME = object()
 
 
 def target_paths(node: cst.BaseExpression, path: tuple[int, ...] = ()) -> list[tuple[str, tuple[int, ...] | None]]:
@@ -131,6 +133,7 @@ class ScriptBuilder:
         self.dividing: list[list[Division]] = []
         self.chained: set[int] = set()   # inner attributes of a chain already read
         self.flow = Dataflow()           # which bindings reach each read (model/dataflow.py)
+        self.dotted: dict[int, str | None] = {}   # id(inner attribute) -> its dotted name, from the outer one
 
     # -- context --------------------------------------------------------------
     def ctx(self) -> Ctx:
@@ -385,13 +388,20 @@ class ScriptBuilder:
             Reference(node.value, node, self._ref_ctx(), via_attribute=False))
 
     def visit_Attribute(self, node: cst.Attribute) -> None:
-        if not self.in_target:
+        # `a.b.c` is visited before `a.b`: its dotted name, computed once,
+        # gives the inner one's by cutting the last part
+        key = self.dotted.pop(id(node), _UNKNOWN_NAME)
+        if key is _UNKNOWN_NAME:
             key = dotted_name(node)
-            if key is not None:
-                self.flow.read(node, key)
+        inner = node.value
+        if key is not None and isinstance(inner, cst.Attribute):
+            self.dotted[id(inner)] = key.rpartition(".")[0]
+        if not self.in_target and key is not None:
+            self.flow.read(node, key)
         if self.reading and id(node) not in self.chained:
-            self.reading[-1].update(chain_names(node))
-            inner = node.value
+            if key is not None:
+                parts = key.split(".")
+                self.reading[-1].update(".".join(parts[:i]) for i in range(len(parts), 1, -1))
             while isinstance(inner, cst.Attribute):   # its prefixes are in: skip them below
                 self.chained.add(id(inner))
                 inner = inner.value

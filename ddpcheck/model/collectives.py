@@ -31,7 +31,7 @@ from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import DDP_NAMES, DDP_NEED, call_site, exclusive, is_ddp_wrap
-from ddpcheck.model.flow import called_qual, instance_of, value_of
+from ddpcheck.model.flow import bindings_seen, called_qual, instance_of, value_of
 from ddpcheck.model.worlds import DISTRIBUTED, only_some_ranks
 from ddpcheck.model.flow import resolve_call
 
@@ -373,9 +373,9 @@ def implies_initialized(model: ScriptModel, expr: cst.BaseExpression, positive: 
                        if not (isinstance(v, cst.Name) and v.value == "False"))
         return False
     if isinstance(expr, cst.Name) and expr.value not in ("True", "False"):
-        assigns = model.assignments(expr.value, scope)
+        assigns = bindings_seen(model, expr)
         return bool(assigns) and all(
-            a.value is not None and a.augmented is None
+            a.kind == "assign" and a.value is not None and a.augmented is None
             and implies_initialized(model, a.value, positive, a.ctx.function, depth + 1) for a in assigns
         )
     return False
@@ -393,9 +393,9 @@ def tests_initialized(model: ScriptModel, expr: cst.BaseExpression, scope, depth
         name = dotted_name(expr.func)
         return True if name and model.imports.qualify(name).rpartition(".")[2] in INITIALIZED_PREDICATES else None
     if isinstance(expr, cst.Name) and expr.value not in ("True", "False"):
-        assigns = model.assignments(expr.value, scope)
+        assigns = bindings_seen(model, expr)
         found = {tests_initialized(model, a.value, a.ctx.function, depth + 1)
-                 for a in assigns if a.value is not None and a.augmented is None}
+                 for a in assigns if a.kind == "assign" and a.value is not None and a.augmented is None}
         return found.pop() if len(found) == 1 and len(assigns) == 1 else None
     return None
 

@@ -20,7 +20,7 @@ import libcst as cst
 from ddpcheck.model.arguments import options
 from ddpcheck.model.distributed import init_calls, is_init_call
 from ddpcheck.model.guards import is_rank_expr, worlds
-from ddpcheck.model.flow import Const, value_at
+from ddpcheck.model.flow import Const, bindings_seen, value_at
 from ddpcheck.model.env import env_writes
 from ddpcheck.model.memo import query
 from ddpcheck.model.worlds import DISTRIBUTED
@@ -108,10 +108,8 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
         return NOTHING
     if ordinal and is_rank_expr(model, expr, scope):
         return frozenset({PER_RANK})
-    assigns = model.assignments(key, scope)
-    if not assigns and "." in key:
-        # `args.device = torch.device("cuda", args.gpu)` set in another function
-        assigns = [a for a in model.assigns if a.key == key]
+    # what the name holds there (`args.device = torch.device("cuda", args.gpu)` set in another function too)
+    assigns = [b for b in bindings_seen(model, expr) if b.kind == "assign"]
     kinds = NOTHING
     for a in assigns:
         if a.value is not None and a.augmented is None:
@@ -227,9 +225,8 @@ def _strings(model: ScriptModel, expr, scope, depth: int = 0) -> frozenset[str] 
     q = model.imports.qualify(d)
     if q.startswith("torch.distributed.") and ".Backend." in q:
         return frozenset({q.rpartition(".")[2].lower()})
-    assigns = model.assignments(d, scope)
-    if not assigns and "." in d:
-        assigns = [a for a in model.assigns if a.key == d]
+    seen = bindings_seen(model, expr)
+    assigns = [b for b in seen if b.kind == "assign"]
     if not assigns and scope is not None and d in scope.params:
         # `def init_dist(backend="nccl")`: the default (callers passing another value are not followed)
         for p in (*scope.node.params.params, *scope.node.params.kwonly_params):
@@ -367,10 +364,8 @@ def module_device(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fu
         same_class = key.startswith("self.") and class_name is not None and owner_class(c.ctx) == class_name
         if same_scope or same_class:
             kinds |= placement(model, c)
-    for a in model.assignments(key, scope):
-        if a.value is None or a.augmented is not None:
-            continue
-        if a.ctx.function is scope and a.ctx.order >= before and not key.startswith("self."):
+    for a in bindings_seen(model, expr):
+        if a.kind != "assign" or a.value is None or a.augmented is not None:
             continue
         if isinstance(a.value, cst.Call) or dotted_name(a.value) not in (None, key):
             kinds |= module_device(model, a.value, a.ctx.function, a.ctx.order, class_name, depth + 1)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import libcst as cst
 
 from ddpcheck.model.flow import every_pass
 from ddpcheck.model.memo import query
@@ -19,7 +18,6 @@ from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel
 from ddpcheck.model.values import LoaderInfo
 
 from ddpcheck.model.vocabulary import EVAL_FUNCTION, EVAL_LOADER_NAME, TRAIN_NAME  # noqa: E402
-from ddpcheck.model.flow import resolve_call
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name, is_torch_api
 from ddpcheck.model.reads import reads
 from ddpcheck.model.scan import Need
-from ddpcheck.model.script import Binding, CallSite, ClassInfo, FunctionInfo, Loop, ScriptModel
+from ddpcheck.model.script import CallSite, ClassInfo, FunctionInfo, Loop, ScriptModel
 
 
 # -- atoms and values ------------------------------------------------------------
@@ -253,9 +253,22 @@ class Super:
 _KNOWN = (Made, Const, Func, Class, Lib, Imported, Module, Bound, Seq, Mapping, Super)
 
 
-@dataclass(frozen=True)
 class Value:
-    atoms: frozenset = frozenset()
+    """What an expression can hold: a frozenset of atoms."""
+
+    __slots__ = ("atoms",)
+
+    def __init__(self, atoms: frozenset = frozenset()) -> None:
+        self.atoms = atoms
+
+    def __repr__(self) -> str:
+        return f"Value({set(self.atoms) or '{}'})"
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Value and self.atoms == other.atoms
+
+    def __hash__(self) -> int:
+        return hash(self.atoms)
 
     def __or__(self, other: "Value") -> "Value":
         if not other.atoms:
@@ -277,13 +290,13 @@ class Value:
         """The literal this value certainly is, else UNKNOWN_CONSTANT."""
         if len(self.atoms) == 1:
             (atom,) = self.atoms
-            if isinstance(atom, Const):
+            if type(atom) is Const:
                 return atom.value
         return UNKNOWN_CONSTANT
 
     @property
     def made(self) -> tuple[Made, ...]:
-        return tuple(a for a in self.atoms if isinstance(a, Made))
+        return tuple(a for a in self.atoms if type(a) is Made)
 
     @property
     def params(self) -> tuple[Param, ...]:
@@ -302,10 +315,23 @@ UNKNOWN_CONSTANT = object()
 
 
 def union(values: Iterable[Value]) -> Value:
-    atoms: set = set()
+    first = None
+    atoms: set | None = None
     for v in values:
-        atoms |= v.atoms
-    return Value(frozenset(atoms)) if atoms else EMPTY
+        if not v.atoms:
+            continue
+        if first is None:
+            first = v
+        elif atoms is None:
+            if v.atoms <= first.atoms:
+                continue
+            atoms = set(first.atoms)
+            atoms |= v.atoms
+        else:
+            atoms |= v.atoms
+    if atoms is not None:
+        return Value(frozenset(atoms))
+    return first if first is not None else EMPTY
 
 
 def just(atom) -> Value:
@@ -873,8 +899,10 @@ def element(model: ScriptModel, value: Value, index: int) -> Value:
                 out.append(atom.items[index])
             else:
                 out.append(opaque("element"))
-        elif isinstance(atom, (Param, Member, Item)):
-            out.append(just(Item(atom, index)))   # looked up again once the object is known
+        elif isinstance(atom, (Param, Member, Item, Made)):
+            # looked up again once the object is known; of a library object: its
+            # element, by where it came from (`deepspeed.initialize(...)[0]`)
+            out.append(just(Item(atom, index)))
         elif isinstance(atom, Dispatch):
             out.append(element(model, settled(just(atom)), index))
         else:
@@ -1718,11 +1746,6 @@ def namespace_key(key: str) -> bool:
     return ("." in key or "[" in key) and not key.startswith("self.")
 
 
-def assignments_anywhere(model: ScriptModel, key: str) -> tuple:
-    """Every assignment of `key` in the file, whatever function it is in."""
-    return tuple(b for b in bindings_of(model, key) if b.kind == "assign")
-
-
 # -- iteration -------------------------------------------------------------------------------
 
 def loops_in(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Loop, ...]:
@@ -1942,6 +1965,103 @@ def expression_at_call(model: ScriptModel, call: CallSite, fmodel: ScriptModel,
     return arg if bound else None
 
 
+def visible_bindings(model: ScriptModel, read: cst.BaseExpression) -> tuple | None:
+    """The bindings a read can see: those reaching it and, where a path
+    reaches it unbound, the name's bindings where it lives (the enclosing
+    function, the module); None when some path leads to something no
+    binding of the file gives (a builtin, an attribute set elsewhere)."""
+    reach = model.reach.get(id(read))
+    if reach is None:
+        return None
+    found: list = []
+    for b in reach:
+        if not isinstance(b, Entry):
+            found.append(b)
+            continue
+        if not isinstance(read, cst.Name):
+            return None
+        outer = _outer_bindings(model, read.value, b)
+        if outer is None:
+            return None
+        found += outer
+    return tuple(found)
+
+
+def _outer_bindings(model: ScriptModel, name: str, entry: Entry) -> list | None:
+    fn = entry.scope
+    locals_ = _local_bindings(model)
+    if not entry.closure:
+        if fn is None:
+            return None
+        if (fn, name) in locals_:
+            return []   # unbound on this path
+        fn = fn.ctx.function if name not in fn.declared_global else None
+    while fn is not None:
+        found = locals_.get((fn, name))
+        if found:
+            return list(found)
+        fn = fn.ctx.function
+    module = model.module_end.get(name)
+    if module is None or any(isinstance(b, Entry) for b in module):
+        return None
+    return [*module, *_global_bindings(model).get(name, ())]
+
+
+@query(on_cycle=())
+def bindings_seen(model: ScriptModel, read: cst.BaseExpression) -> tuple:
+    """Every binding whose value a read of a name, dotted name or string key
+    can see, in this file: the ones reaching it (reaching definitions), and
+    where a path reaches it unbound, the name's bindings where it lives (an
+    enclosing function, the module), `self.<x>` stored by the methods of the
+    class and its bases, or an attribute or key of another object set
+    anywhere in the file (`config.x = ...` in `setup()`, read in `train()`).
+    What no binding of the file gives (a builtin, a library's attribute)
+    adds nothing: callers wanting certainty ask `value_of(...).known`."""
+    reach = model.reach.get(id(read))
+    if reach is None:
+        return ()
+    found: list = []
+    for b in reach:
+        if not isinstance(b, Entry):
+            found.append(b)
+        elif isinstance(read, cst.Name):
+            found += _outer_bindings(model, read.value, b) or ()
+        else:
+            found += _member_bindings(model, read, b)
+    return tuple(dict.fromkeys(found))
+
+
+def _member_bindings(model: ScriptModel, read: cst.BaseExpression, entry: Entry) -> list:
+    key = dotted_name(read) if isinstance(read, cst.Attribute) else None
+    if key is None and isinstance(read, cst.Subscript):
+        base, member = dotted_name(read.value), _subscript_member(read)
+        key = f"{base}{member}" if base and member else None
+    if key is None:
+        return []
+    fn = entry.scope
+    root, _, rest = key.partition(".")
+    if fn is not None and fn.cls is not None and fn.params and root == fn.params[0] and rest and "." not in rest:
+        found = []
+        for m, cls in mro(model, fn.cls):
+            for method in cls.all_methods:
+                if method.params:
+                    found += [b for b in bindings_of(m, f"{method.params[0]}.{rest}") if b.ctx.function is method]
+        return found
+    if namespace_key(key):
+        return [b for b in bindings_of(model, key) if b.ctx.function is not fn]
+    return []
+
+
+def sole_binding(model: ScriptModel, read: cst.BaseExpression):
+    """The one binding that reaches a read on every path to it (its value is
+    certainly what that binding bound), else None."""
+    reach = model.reach.get(id(read))
+    if reach is None or len(reach) != 1:
+        return None
+    (b,) = reach
+    return None if isinstance(b, Entry) else b
+
+
 # -- what a value is computed from ------------------------------------------------------------
 
 @query(on_cycle=frozenset())
@@ -2009,8 +2129,9 @@ __all__ = [
     "attribute_of", "instance_class", "mro", "iteration_element", "call_argument", "argument_value",
     "call_targets", "resolve_call", "constructs", "called_qual", "called_name", "is_api_call", "callee_value",
     "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
-    "consumed_per_epoch", "is_param", "arguments_for", "assignments_anywhere", "namespace_key", "param_value",
+    "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
     "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
-    "argument_places", "literal_entry", "expression_at_call", "LOADER_NEED",
+    "argument_places", "literal_entry", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
+    "bindings_seen",
 ]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.flow import argument_expr, arguments_for, assignments_anywhere, is_param, namespace_key, resolve_call
+from ddpcheck.model.flow import argument_expr, arguments_for, bindings_seen, resolve_call, sole_binding
 from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, string_value
@@ -113,19 +113,16 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
     last = _last(model, expr)
     if last is None:
         return UNKNOWN
-    key = dotted_name(expr)
     # A variable assigned in this file: judge what was assigned, where. A
     # namespace attribute (`config.master_process = rank == 0` in setup())
     # is judged wherever it is read.
-    assigns = model.assignments(key, scope) if key else []
-    if key and not assigns and namespace_key(key):
-        assigns = list(assignments_anywhere(model, key))
-    if key and not assigns and "." not in key:
-        fn = is_param(scope, key)
-        if fn is not None:
-            param = _param_condition(model, fn, key)
-            if param is not None:
-                return param
+    seen = bindings_seen(model, expr)
+    assigns = [b for b in seen if b.kind == "assign"]
+    params = [b for b in seen if b.kind == "param"]
+    if params and not assigns:
+        param = _param_condition(model, params[0].ctx.function, params[0].key)
+        if param is not None:
+            return param
     if assigns and all(a.value is not None and a.augmented is None for a in assigns):
         conds = []
         for a in assigns:
@@ -141,6 +138,7 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
             return Condition(must, may)
     if last in MAIN_PREDICATES or last in _extra_guards(model):
         return Condition.exactly(MAIN)
+    key = dotted_name(expr)
     if last in DIST_FLAGS or (key is not None and key in group_start_flags(model)):
         return Condition.exactly(DISTRIBUTED)
     return UNKNOWN
@@ -233,14 +231,13 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool
                                   and not _per_rank_quantity(last)):
             return True
         key = dotted_name(expr)
+        seen = bindings_seen(model, expr)
         if isinstance(expr, cst.Name) and is_spawn_index(model, expr.value, scope) and \
-                not [a for a in model.assignments(expr.value, scope) if a.ctx.function is scope]:
+                all(b.kind == "param" for b in seen):
             return True   # `def main_worker(gpu, args)` handed to mp.spawn: `if gpu == 0:`
-        if depth < 2 and key:
-            assigns = model.assignments(key, scope)
-            return bool(assigns) and all(
-                a.value is not None and is_rank_expr(model, a.value, a.ctx.function, depth + 1) for a in assigns
-            )
+        if key:
+            return bool(seen) and all(b.kind == "assign" and b.value is not None and _rank_valued(model, b)
+                                      for b in seen)
     return False
 
 
@@ -252,6 +249,12 @@ def _per_rank_quantity(name: str) -> bool:
     an amount per rank (or a bound), not a rank."""
     parts = name.lower().split("_")
     return "per" in parts or parts[0] in _QUANTITY_HEADS
+
+
+@query(on_cycle=False)
+def _rank_valued(model, binding) -> bool:
+    """An assignment whose value is a rank (`rank = dist.get_rank()`)."""
+    return is_rank_expr(model, binding.value, binding.ctx.function)
 
 
 def _is_none(expr: cst.BaseExpression) -> bool:
@@ -382,8 +385,8 @@ def worlds_from_call(model, ctx, fn, caller_model, call) -> frozenset[str]:
             name, negated = b.test, False
             if isinstance(name, cst.UnaryOperation) and isinstance(name.operator, cst.Not):
                 name, negated = name.expression, True
-            if isinstance(name, cst.Name) and name.value in fn.params and \
-                    not [a for a in model.assignments(name.value, fn) if a.ctx.function is fn]:
+            bound = sole_binding(model, name) if isinstance(name, cst.Name) else None
+            if bound is not None and bound.kind == "param" and bound.ctx.function is fn:
                 bound, expr = argument_expr(call, fn, name.value)
                 if bound and expr is not None:
                     cond = condition_of(caller_model, expr, call.ctx.function)

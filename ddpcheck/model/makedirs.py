@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.model.names import dotted_name
+from ddpcheck.model.flow import bindings_seen
 from ddpcheck.model.paths import per_rank_path
 from ddpcheck.model.script import CallSite, ScriptModel
 
@@ -93,8 +94,9 @@ def _path_variable(model: ScriptModel, site: CallSite) -> bool:
     key = dotted_name(site.receiver)
     if key is None:
         return False
-    assigns = model.assignments(key, site.ctx.function)
-    return bool(assigns) and all(a.value is not None and _is_path_object(model, a.value) for a in assigns)
+    assigns = bindings_seen(model, site.receiver)
+    return bool(assigns) and all(a.kind == "assign" and a.value is not None and _is_path_object(model, a.value)
+                                 for a in assigns)
 
 
 def racy_folder_creation(model: ScriptModel, site: CallSite) -> bool:

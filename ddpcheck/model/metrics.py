@@ -17,7 +17,6 @@ import libcst as cst
 
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.model.names import dotted_name
 from ddpcheck.model.flow import callees
 
 REDUCTION_NAME = re.compile(r"reduce|gather|synchroni[sz]e|(^|_)sync(_|$)|sync_between|average_across|across_processes",

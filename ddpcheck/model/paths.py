@@ -10,37 +10,74 @@ import re
 
 import libcst as cst
 
+from ddpcheck.model.flow import bindings_seen
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.reads import reads
 from ddpcheck.model.script import FunctionInfo, ScriptModel
 
 PER_RANK = re.compile(r"rank|process_index|gpu_id|local_gpu")
 
+# Calls that build a path or a string from their arguments: what those are
+# made of is part of the name; any other call only adds its own name
+# (`get_rank()`), not what it is given (`validate(model, ...)`).
+PATH_BUILDERS = frozenset({
+    "join", "Path", "PurePath", "str", "format", "joinpath", "with_name", "with_suffix", "with_stem",
+    "replace", "expanduser", "abspath", "realpath", "normpath", "dirname", "basename", "fspath",
+})
 
-def per_rank_path(model: ScriptModel, target: cst.BaseExpression | None, scope: FunctionInfo | None) -> bool:
-    """The path expression, or what the names it reads were assigned (two
-    steps back: `path = join(root, f"{prefix}.rank_{r}")` ... `f"{path}.pth"`),
-    mentions the rank."""
+
+def path_parts(model: ScriptModel, target: cst.BaseExpression) -> tuple[str, ...]:
+    """The names and string literals a path is built from, following the
+    names it reads to the values bound to them (reaching definitions), into
+    the arguments of path and string builders only, and not into the test
+    of a conditional (`'best.pth' if is_best else ...` is named by either arm):
+    `path = join(root, f"{prefix}.rank_{r}")` ... `f"{path}.pth"` is built from the rank."""
+    found: list[str] = []
+    seen: set[int] = set()
+    stack: list[cst.CSTNode] = [target]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen or isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        seen.add(id(node))
+        if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+            value = node.evaluated_value
+            if isinstance(value, str):
+                found.append(value)
+            continue
+        if isinstance(node, cst.FormattedStringText):
+            found.append(node.value)
+            continue
+        if isinstance(node, cst.IfExp):
+            stack += [node.body, node.orelse]
+            continue
+        if isinstance(node, cst.Call):
+            name = dotted_name(node.func)
+            if name is not None:
+                found.append(name)
+            if (name or "").rpartition(".")[2] in PATH_BUILDERS or isinstance(node.func, cst.Attribute) and name is None:
+                stack.append(node.func)
+                stack += [a.value for a in node.args]
+            continue
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            name = dotted_name(node)
+            if name is not None:
+                found.append(name)
+        if isinstance(node, (cst.Name, cst.Attribute, cst.Subscript)):
+            # what the name was bound to, here or where it lives (a module-level root)
+            for b in bindings_seen(model, node):
+                source = getattr(b, "source", None)
+                if source is not None and b.augmented is None:
+                    stack.append(source)
+        stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
+    return tuple(found)
+
+
+def per_rank_path(model: ScriptModel, target: cst.BaseExpression | None, scope: FunctionInfo | None = None) -> bool:
+    """The path is built from the rank: its strings or the names it reads,
+    or what those names were bound to, mention it."""
     if target is None:
         return False
-    texts = [model.module.code_for_node(target)]
-    frontier = [target]
-    seen: set[str] = set()
-    for _ in range(2):
-        nxt = []
-        for expr in frontier:
-            keys = set(reads(model, expr))
-            key = dotted_name(expr)
-            if key is not None:
-                keys.add(key)
-            for k in keys - seen:
-                seen.add(k)
-                for a in model.assignments(k, scope):
-                    if a.value is not None:
-                        texts.append(model.module.code_for_node(a.value))
-                        nxt.append(a.value)
-        frontier = nxt
-    return any(PER_RANK.search(t) for t in texts)
+    return any(PER_RANK.search(t) for t in path_parts(model, target))
 
 
-__all__ = ["per_rank_path", "PER_RANK"]
+__all__ = ["per_rank_path", "path_parts", "PER_RANK", "PATH_BUILDERS"]

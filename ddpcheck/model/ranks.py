@@ -29,7 +29,7 @@ import libcst as cst
 
 from ddpcheck.model.distributed import init_calls, starts_own_workers
 from ddpcheck.model.env import env_writes
-from ddpcheck.model.flow import arguments_for
+from ddpcheck.model.flow import arguments_for, bindings_seen
 from ddpcheck.model.guards import RANK_ENV
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.memo import query
@@ -162,11 +162,12 @@ def _name_origin(model: ScriptModel, expr: cst.BaseExpression, scope, depth: int
     key = dotted_name(expr)
     if key is None:
         return UNKNOWN
-    if scope is not None and key in scope.params:
-        return _param_origin(model, scope, key, depth)
-    assigns = model.assignments(key, scope)
-    if not assigns and "." in key and not key.startswith("self."):
-        assigns = [a for a in model.assigns if a.key == key]
+    seen = bindings_seen(model, expr)
+    if seen and all(b.kind == "param" for b in seen) and isinstance(expr, cst.Name):
+        return _param_origin(model, seen[0].ctx.function, key, depth)
+    assigns = list(seen)
+    if any(b.kind != "assign" for b in assigns):
+        return UNKNOWN
     values = [_assigned_value(a) for a in assigns]
     if not assigns or any(v is None or a.augmented is not None for a, v in zip(assigns, values)):
         return UNKNOWN

@@ -10,7 +10,7 @@ memoised, so no rule re-walks the tree its own way.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Protocol
+from typing import Protocol
 
 import libcst as cst
 
@@ -398,28 +398,6 @@ class ScriptModel:
         return bool(d) and d.split(".")[0] != "self" and self.imports.is_imported(d)
 
     # -- assignments --------------------------------------------------------
-    @query
-    def assignments(self, key: str, scope: FunctionInfo | None) -> list[Assign]:
-        """Assignments to `key` visible from `scope`: the function's own, else
-        the module's. Attribute keys on `self` are shared by the whole class."""
-        same_key = self._assigns_by_key().get(key, _EMPTY)
-        if key.startswith("self."):
-            cls = scope.class_name if scope else None
-            found = [a for a in same_key if owner_class(a.ctx) == cls]
-        else:
-            found = [a for a in same_key if a.ctx.function is scope]
-            if not found and scope is not None:
-                parent = scope.ctx.function
-                found = self.assignments(key, parent) if parent is not scope else []
-        return found
-
-    @query
-    def _assigns_by_key(self) -> dict[str, list[Assign]]:
-        by_key: dict[str, list[Assign]] = {}
-        for a in self.assigns:
-            by_key.setdefault(a.key, []).append(a)
-        return by_key
-
     def assigns_in(self, fn: FunctionInfo | None) -> list[Assign]:
         return self._assigns_by_function().get(fn, _EMPTY)
 

@@ -36,7 +36,8 @@ from enum import Enum
 import libcst as cst
 
 from ddpcheck.model.collectives import site_worlds
-from ddpcheck.model.flow import argument_expr, arguments_for, is_param, value_at
+from ddpcheck.model.flow import Item, Made, argument_expr, arguments_for, call_argument, is_param, value_at, value_of
+from ddpcheck.model.reads import reads
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
@@ -104,73 +105,50 @@ def param_root(expr: cst.BaseExpression | None, scope: FunctionInfo | None) -> s
         expr.value not in ("self", "cls") else None
 
 
-def _deepspeed_engine(model: ScriptModel, key: str, scope: FunctionInfo | None) -> bool:
-    """`engine, optimizer, _, _ = deepspeed.initialize(...)` or `engine = deepspeed.initialize(...)[0]`."""
-    for a in model.assignments(key, scope):
-        if a.unpacked is not None and a.unpacked[1] == 0 and isinstance(a.unpacked[0], cst.Call) \
-                and _is_deepspeed_initialize(model.site_of.get(id(a.unpacked[0]))):
-            return True
-        value = a.value
-        if isinstance(value, cst.Subscript) and isinstance(value.value, cst.Call) and len(value.slice) == 1 \
-                and isinstance(value.slice[0].slice, cst.Index) \
-                and isinstance(value.slice[0].slice.value, cst.Integer) and value.slice[0].slice.value.value == "0" \
-                and _is_deepspeed_initialize(model.site_of.get(id(value.value))):
-            return True
-    return False
+def _is_deepspeed_engine(atom) -> bool:
+    """The first element of what `deepspeed.initialize(...)` returns
+    (`engine, optimizer, _, _ = deepspeed.initialize(...)`)."""
+    return isinstance(atom, Item) and atom.key == 0 and isinstance(atom.receiver, Made) and \
+        _is_deepspeed_initialize(atom.receiver.site)
 
 
 @query(on_cycle=None)
 def sharded_kind(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None) -> Sharded | None:
-    """What kind of sharded value `expr` holds, from how it was made (through
-    the value flow: assignments, builders' returns, `self` attributes, the
-    arguments the file passes to a parameter); None when not known."""
-    for atom in value_at(model, expr, scope).made:
+    """What kind of sharded value `expr` holds, from how it was made (the
+    value engine: assignments, builders' returns, `self` attributes, what
+    the file passes to a parameter, tuple unpacking); None when not known."""
+    value = value_at(model, expr)
+    for atom in sorted(value.made, key=lambda a: a.site.ctx.order):
         if _is_fsdp_wrap(atom.model, atom.site):
             return Sharded.FSDP if _fsdp_communicates(atom.site) else None
         if _is_fully_shard(atom.site):
             return Sharded.FSDP2
-    if isinstance(expr, cst.Call):
-        # a local builder: `engine = build_engine(args)` returning the engine it unpacked
-        site = model.site_of.get(id(expr))
-        target = resolve_call(model, site) if site is not None else None
-        if target is not None:
-            for ret, _ctx in target[1].returns:
-                kind = sharded_kind(target[0], ret, target[1])
-                if kind is not None:
-                    return kind
-        return None
-    key = dotted_name(expr)
-    if key is None:
-        return None
-    if _deepspeed_engine(model, key, scope):
+    if any(_is_deepspeed_engine(a) for a in value.atoms):
         return Sharded.DEEPSPEED
-    for a in model.assignments(key, scope):
-        if isinstance(a.value, cst.Call) and a.augmented is None:
-            kind = sharded_kind(model, a.value, a.ctx.function)
-            if kind is not None:
-                return kind
-    # `fully_shard(model)` in place, in the same function
+    # `fully_shard(model)` in place, in the same function: the object it was given
     for c in model.calls_in(scope):
-        if _is_fully_shard(c) and dotted_name(c.arg("module", 0)) == key:
+        target = c.arg("module", 0)
+        if _is_fully_shard(c) and target is not None and value.atoms & value_of(model, target).atoms:
             return Sharded.FSDP2
     return None
 
 
 def _full_state_dict(model: ScriptModel, site: CallSite) -> bool:
-    """`options=StateDictOptions(full_state_dict=True)`, written there or in the variable passed."""
+    """`options=StateDictOptions(full_state_dict=True)`, built there or in what is passed."""
     options = site.arg("options")
     if options is None:
         return False
-    texts = [model.module.code_for_node(options)]
-    key = dotted_name(options)
-    if key is not None:
-        texts += [model.module.code_for_node(a.value) for a in model.assignments(key, site.ctx.function)
-                  if a.value is not None]
-    return any("full_state_dict=True" in t.replace(" ", "") for t in texts)
+    for atom in value_at(model, options).made:
+        flag = call_argument(atom.model, atom.site, "full_state_dict")
+        if flag is not None and flag.constant is True:
+            return True
+    return False
 
 
 def _local_state_dict_context(model: ScriptModel, site: CallSite) -> bool:
-    return any("LOCAL_STATE_DICT" in model.module.code_for_node(item.item) for item in with_items_around(model, site))
+    """Inside `with FSDP.state_dict_type(model, StateDictType.LOCAL_STATE_DICT):`."""
+    return any(any(n.endswith("LOCAL_STATE_DICT") for n in reads(model, item.item))
+               for item in with_items_around(model, site))
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    LOADER_NEED, Made, Value, call_argument, call_targets, constant_of, element_of, instance_of, is_api_call,
+    LOADER_NEED, Value, call_argument, call_targets, element_of, instance_of, is_api_call,
     resolved, value_of,
 )
 from ddpcheck.model.library import RETURNS_RECEIVER

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.flow import Member, Value, arguments_for, constant_of, loops_in, value_of
+from ddpcheck.model.flow import Member, Value, arguments_for, bindings_seen, constant_of, loops_in, value_of
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
-from ddpcheck.model.reads import reads, reads_name
-from ddpcheck.model.script import Assign, CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
+from ddpcheck.model.reads import reads
+from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import WrapInfo, wraps
 from ddpcheck.model.script import exclusive
 from ddpcheck.model.guards import worlds
@@ -232,8 +232,8 @@ def renames_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
             return True
     if isinstance(key, cst.Name):
         # `name = k[7:]` ... `{name: v}`: the key was renamed on its own line
-        return any(a.value is not None and renames_key(model, a.value, a.ctx.function)
-                   for a in model.assignments(key.value, scope))
+        return any(a.kind == "assign" and a.value is not None and renames_key(model, a.value, a.ctx.function)
+                   for a in bindings_seen(model, key))
     return False
 
 
@@ -257,8 +257,8 @@ def prefixes_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
         text = constant_of(model, key.func.value, scope)
         return isinstance(text, str) and text.startswith(PREFIX)
     if isinstance(key, cst.Name):
-        return any(a.value is not None and prefixes_key(model, a.value, a.ctx.function)
-                   for a in model.assignments(key.value, scope))
+        return any(a.kind == "assign" and a.value is not None and prefixes_key(model, a.value, a.ctx.function)
+                   for a in bindings_seen(model, key))
     return False
 
 
@@ -294,7 +294,8 @@ def _renamed_state(model: ScriptModel, expr: cst.BaseExpression, scope, renames,
         return True
     if _filled_renamed(model, key, scope, renames):
         return True
-    assigns = [a for a in model.assignments(key, scope) if a.value is not None and a.augmented is None]
+    assigns = [a for a in bindings_seen(model, expr) if a.kind == "assign" and a.value is not None
+               and a.augmented is None]
     return bool(assigns) and all(_renamed_state(model, a.value, a.ctx.function, renames, strip) for a in assigns)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpcheck.model.flow import sole_binding
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.script import Branch, CallSite, Ctx, Loop, ScriptModel
 from ddpcheck.rules.base import AddArg, Edit, InsertAfter, InsertAtBodyStart, MoveBefore, RemoveArg, ReplaceExpr
@@ -111,16 +112,10 @@ def unwrap_edit(model: ScriptModel, state_dict_site: CallSite, key: str, wrap_si
     function, is the wrap itself, and every `if` around the wrap is around
     the save too (no run where `model` is still the bare module)."""
     receiver = state_dict_site.receiver
-    ctx = state_dict_site.ctx
-    if receiver is None or key.startswith("self.") or wrap_site.ctx.function is not ctx.function:
+    if receiver is None or key.startswith("self."):
         return None
-    before = [a for a in model.assigns if a.key == key and a.ctx.function is ctx.function and a.ctx.order < ctx.order]
-    if not before:
-        return None
-    last = max(before, key=lambda a: a.ctx.order)
-    if last.value is not wrap_site.node or not _within(last.ctx.branches, ctx.branches) or last.ctx.opaque:
-        return None
-    if any(a.ctx.order > last.ctx.order for a in before):
+    bound = sole_binding(model, receiver)
+    if bound is None or getattr(bound, "value", None) is not wrap_site.node or bound.ctx.opaque:
         return None
     return ReplaceExpr(node=receiver, code=f"{key}.module")
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Iterator
 
-import libcst as cst
 
 from ddpcheck.model.script import CallSite, ScriptModel, exclusive
 from ddpcheck.model.names import dotted_name

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 from typing import Iterator
 
-import libcst as cst
 
 from ddpcheck.model.evaluation import TRAIN_NAME, is_eval_loader, loader_loops
 from ddpcheck.model.flow import (

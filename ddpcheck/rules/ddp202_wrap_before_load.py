@@ -6,7 +6,7 @@ from typing import Iterator
 
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.flow import value_of
+from ddpcheck.model.flow import bindings_seen, value_of
 from ddpcheck.model.wrappers import wraps_held
 from ddpcheck.model.saves import hands_to_state_dict_taker
 from ddpcheck.model.wrappers import adds_prefix, strips_prefix
@@ -39,11 +39,10 @@ def _prefix_handled(model: ScriptModel, site) -> bool:
         return False
     if adds_prefix(model, loaded, site.ctx.function):
         return True
-    key = dotted_name(loaded)
-    if key is None:
+    if dotted_name(loaded) is None:
         return False
-    return any(a.value is not None and strips_prefix(model, a.value, a.ctx.function)
-               for a in model.assignments(key, site.ctx.function))
+    return any(a.kind == "assign" and a.value is not None and strips_prefix(model, a.value, a.ctx.function)
+               for a in bindings_seen(model, loaded))
 
 
 @register

@@ -10,7 +10,7 @@ from ddpcheck.model.reads import reads
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
-from ddpcheck.model.flow import argument_expr
+from ddpcheck.model.flow import argument_expr, sole_binding
 from ddpcheck.model.saves import STRIPS_MODULE_PREFIX, is_save_sink, saved_state_dicts
 from ddpcheck.model.wrappers import project_strips_prefix, strips_prefix, tells_wrapper_apart, unwrapped_fallback, wrapper_in
 from ddpcheck.findings import Severity
@@ -119,9 +119,10 @@ def saved_params(model: ScriptModel, fn: FunctionInfo) -> list[str]:
             continue
         for sd in _saved(model, sink):
             key = dotted_name(sd.receiver)
+            bound = sole_binding(model, sd.receiver)
             if key in fn.params and key not in found and \
                     not any(tells_wrapper_apart(model, b.test) for b in sd.ctx.branches) and \
                     not unwrapped_fallback(model, sd.node, key) and \
-                    not [a for a in model.assignments(key, fn) if a.ctx.function is fn]:
+                    bound is not None and bound.kind == "param" and bound.ctx.function is fn:
                 found.append(key)
     return found

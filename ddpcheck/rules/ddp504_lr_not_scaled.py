@@ -12,7 +12,7 @@ from ddpcheck.model.batches import derived_from_global, reads_world
 from ddpcheck.model.evaluation import is_eval_loader
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.model.flow import Mapping, Seq, literal_entry, value_of
+from ddpcheck.model.flow import Mapping, Seq, literal_entry, value_of, visible_bindings
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.reads import reads
 from ddpcheck.model.values import held_loaders, loaders
@@ -85,13 +85,13 @@ def _plain(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | N
     key = dotted_name(expr)
     if key is None:
         return False
-    assigns = model.assignments(key, scope)
-    if "." not in key:
-        if not assigns:
-            return False   # a parameter or a global we cannot see
-        return all(a.value is not None and a.augmented is None and _plain(model, a.value, a.ctx.function, depth + 1)
-                   for a in assigns)
-    return True   # `args.lr`, `cfg.SOLVER.BASE_LR`: config (a world-size rescale would have been seen)
+    if "." in key:
+        return True   # `args.lr`, `cfg.SOLVER.BASE_LR`: config (a world-size rescale would have been seen)
+    bindings = visible_bindings(model, expr)
+    if not bindings or any(b.kind != "assign" for b in bindings):
+        return False   # a parameter, a name the file does not assign
+    return all(b.value is not None and b.augmented is None and _plain(model, b.value, b.ctx.function, depth + 1)
+               for b in bindings)
 
 
 def _optimizers(model: ScriptModel) -> Iterator[tuple[CallSite, cst.BaseExpression]]:
