@@ -133,6 +133,27 @@ def _compute(model, expr: cst.CSTNode) -> frozenset[str]:
     return frozenset(names)
 
 
+def strings_in(expr: cst.CSTNode | None) -> tuple[str, ...]:
+    """The text of the string literals inside an expression (`"best.pth"` in
+    `os.path.join(out_dir, "best.pth")`; the literal parts of an f-string)."""
+    found: list[str] = []
+    stack = [expr] if expr is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
+            value = node.evaluated_value
+            if isinstance(value, str):
+                found.append(value)
+            continue
+        if isinstance(node, cst.FormattedStringText):
+            found.append(node.value)
+            continue
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
+    return tuple(found)
+
+
 def last_parts(names: Iterable[str]) -> set[str]:
     """The last component of each name: `batch_size` for `args.batch_size`,
     `lr` for `cfg['lr']`."""

@@ -10,6 +10,7 @@ import libcst as cst
 from ddpcheck.model.evaluation import is_eval_loader, loader_loops
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
+from ddpcheck.model.reads import reads
 from ddpcheck.model.values import LoaderInfo, loaders
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
@@ -21,8 +22,28 @@ INDEX_TARGET = re.compile(r"^(idx|idxs|index|indices|indexes|ids|sample_ids?|img
 # Evaluators keyed by image/sample id (pycocotools-style) merge ranks and drop repeats.
 KEYED_EVALUATOR = re.compile(r"evaluator|Evaluator")
 # `len(data_loader.dataset) != num_processed_samples`: the script checks the count itself (torchvision).
-_LEN = r"len\([^()]*(dataset|data|ds|set)[^()]*\)"
-COUNT_CHECK = re.compile(_LEN + r"\s*(!=|==|<|>|<=|>=|%)|(!=|==|<|>|<=|>=)\s*" + _LEN)
+_DATASET_NAME = re.compile(r"dataset|data|ds|set", re.I)
+
+
+def _counts_samples(model: ScriptModel, test: cst.BaseExpression) -> bool:
+    """A test that compares the size of a data set (`len(loader.dataset) != seen`)."""
+    stack = [test]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Comparison):
+            sides = [node.left, *(c.comparator for c in node.comparisons)]
+            while sides:
+                side = sides.pop()
+                if isinstance(side, cst.BinaryOperation):   # `len(ds) % world_size != 0`
+                    sides += [side.left, side.right]
+                elif isinstance(side, cst.Call) and dotted_name(side.func) == "len" and side.args and \
+                        any(_DATASET_NAME.search(n) for n in reads(model, side.args[0].value)):
+                    return True
+        elif isinstance(node, cst.BooleanOperation):
+            stack += [node.left, node.right]
+        elif isinstance(node, cst.UnaryOperation):
+            stack.append(node.expression)
+    return False
 
 
 def _aware(model: ScriptModel, loader: LoaderInfo) -> bool:
@@ -44,7 +65,7 @@ def _aware(model: ScriptModel, loader: LoaderInfo) -> bool:
             if KEYED_EVALUATOR.search(c.func or "") or KEYED_EVALUATOR.search(c.qual or ""):
                 return True
             for b in c.ctx.branches:
-                if COUNT_CHECK.search(m.module.code_for_node(b.test)):
+                if _counts_samples(m, b.test):
                     return True
     return False
 

@@ -12,7 +12,8 @@ from ddpcheck.model.memo import query
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.values import exclusive
-from ddpcheck.model.reads import reads, reads_name
+from ddpcheck.model.flow import names_behind
+from ddpcheck.model.reads import reads, reads_name, strings_in
 from ddpcheck.findings import Severity
 from ddpcheck.model.launchers import runs_in_launcher_only
 from ddpcheck.rules.autofix import map_location_edit
@@ -34,11 +35,10 @@ def uses_cuda(model: ScriptModel) -> bool:
             result = True
             break
         for a in c.node.args:
-            if isinstance(a.value, (cst.SimpleString, cst.FormattedString)):
-                text = model.module.code_for_node(a.value)
-                if "cuda" in text or "nccl" in text:
-                    result = True
-                    break
+            if isinstance(a.value, (cst.SimpleString, cst.FormattedString)) and \
+                    any("cuda" in t or "nccl" in t for t in strings_in(a.value)):
+                result = True
+                break
         if result:
             break
     return result
@@ -58,7 +58,7 @@ def _looks_like_weights(model: ScriptModel, site) -> bool:
     if any(c.attr == "load_state_dict" and c.stmt is stmt for c in model.calls_in(site.ctx.function)):
         return True
     first = site.arg("f", 0)
-    texts = [model.module.code_for_node(first)] if first is not None else []
+    texts = [*names_behind(model, first), *strings_in(first)] if first is not None else []
     keys = [a.key for a in model.assigns_in(site.ctx.function) if a.value is not None and any(v is site.node for v in _values(a.value))]
     texts += keys
     if site.ctx.function is not None:
@@ -88,10 +88,9 @@ def _mapped_in_other_arm(model: ScriptModel, site, mapped) -> bool:
     (the ImageNet example): the author maps where the process owns one GPU and
     chose not to in the other arm."""
     first = site.arg("f", 0)
-    text = model.module.code_for_node(first) if first is not None else None
     for m in mapped:
         other = m.arg("f", 0)
-        if exclusive(site.ctx, m.ctx) and other is not None and model.module.code_for_node(other) == text:
+        if exclusive(site.ctx, m.ctx) and other is not None and first is not None and other.deep_equals(first):
             return True
     return False
 

@@ -11,6 +11,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.model.compiled import compile_calls, compiled_held
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.positions import where
+from ddpcheck.model.reads import reads
 from ddpcheck.model.saves import STRIPS_COMPILE_PREFIX, is_save_sink, saved_state_dicts
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.filekind import NOT_TESTS
@@ -23,7 +24,7 @@ _HANDLES_PREFIX = re.compile(r"_orig_mod|OptimizedModule")
 
 def _told_apart(model: ScriptModel, node: cst.IfExp) -> bool:
     """`m._orig_mod.state_dict() if args.compile else m.state_dict()`."""
-    return bool(re.search(r"_orig_mod|compile", model.module.code_for_node(node)))
+    return any(_HANDLES_PREFIX.search(n) or n.rpartition(".")[2] == "compile" for n in reads(model, node))
 
 
 @register
@@ -40,8 +41,8 @@ class CompiledStateDict(Rule):
            "model before compiling), or compile in place with `model.compile()`")
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
-        if not compile_calls(model) or _HANDLES_PREFIX.search(model.module.code):
-            return
+        if not compile_calls(model) or {"_orig_mod", "OptimizedModule"} & model.scan().identifiers:
+            return   # the script deals with the prefix itself (strips it on load, unwraps before saving)
         reported: set[int] = set()
         for sink in model.calls:
             if not is_save_sink(model, sink, STRIPS_COMPILE_PREFIX):

@@ -14,6 +14,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import local_rank_edit
 from ddpcheck.model.filekind import SCRIPTS_ONLY
 from ddpcheck.triggers import USES_DISTRIBUTED
+from ddpcheck.model.names import string_value
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees
 
@@ -39,7 +40,7 @@ def _option_read(model: ScriptModel, dest: str) -> bool:
         if any(r.via_attribute for r in m.references.get(dest, [])):
             return True
         return any(c.attr == "getattr" or c.func == "getattr" for c in m.calls
-                   if len(c.node.args) >= 2 and dest in m.module.code_for_node(c.node.args[1].value))
+                   if len(c.node.args) >= 2 and string_value(c.node.args[1].value) == dest)
     return used(model) or any(used(m) for m, _fn, _ in callees(model, model.calls) if m is not model)
 
 
