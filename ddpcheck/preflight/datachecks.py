@@ -113,42 +113,7 @@ def batch_checks(q: DataQuestion) -> list[Check]:
             f"per-GPU batch {b} is larger than the {s} samples each of the {w} ranks gets: {what}",
             f"use at most {s} per GPU (--batch-size {s}), or fewer GPUs"))
         return out
-    last = plan.last_batch
-    if plan.drop_last:
-        dropped = plan.loader_dropped_per_rank
-        if dropped:
-            out.append(Check(
-                CheckId.LAST_BATCH, PASS,
-                f"drop_last=True drops {dropped} samples per rank per epoch "
-                f"({plan.loader_dropped_total} in all; with shuffle a different set each "
-                f"epoch); every batch holds {b}"))
-        else:
-            out.append(Check(CheckId.LAST_BATCH, PASS,
-                             f"{s} samples per rank divide by {b}: every batch is full"))
-    elif b == 1:
-        out.append(Check(
-            CheckId.LAST_BATCH, PASS,
-            "per-GPU batch 1: every batch holds one sample (fine for convolutional BatchNorm, "
-            "which normalises over the pixels; BatchNorm1d cannot train at batch 1)"))
-    elif last == 1:
-        sugg = suggest_batch_sizes(s, b)
-        alt = ", ".join(f"--batch-size {c} (last batch {s % c or c})" for c in sugg)
-        out.append(Check(
-            CheckId.LAST_BATCH_OF_ONE, WARN,
-            f"the last batch on every rank holds 1 sample ({s} = {plan.batches_per_rank - 1} x "
-            f"{b} + 1): BatchNorm in training raises 'Expected more than 1 value per channel' "
-            f"on it, or normalises with a one-sample estimate",
-            "drop_last=True in the DataLoader/BatchSampler (drops 1 sample per rank per epoch)"
-            + (f", or {alt}" if alt else "")))
-    elif last != b:
-        out.append(Check(
-            CheckId.LAST_BATCH, PASS,
-            f"last batch on every rank holds {last} of {b} (that step averages over fewer "
-            f"samples; drop_last=True would drop them)"))
-    else:
-        out.append(Check(CheckId.LAST_BATCH, PASS,
-                         f"{s} samples per rank divide by {b}: every batch is full"))
-
+    out.append(_last_batch_check(plan, b))
     leftover = plan.leftover_micro_batches
     if plan.grad_accum > 1 and leftover:
         out.append(Check(
@@ -158,31 +123,73 @@ def batch_checks(q: DataQuestion) -> list[Check]:
             f"leaves {leftover} micro-batch(es) of gradients that leak into the next epoch's "
             f"first step",
             "zero_grad() at the start of every epoch, or also step on the last batch"))
+    out.append(_effective_batch_check(q, choice.effective_global, b))
+    return out
 
-    eff = choice.effective_global
-    if q.base_batch is not None and eff != q.base_batch:
-        ratio = eff / q.base_batch
-        per = q.base_batch / (w * plan.grad_accum)
-        how = (f"set the per-GPU batch to baseline / (GPUs x accum) = {q.base_batch} / "
-               f"{w * plan.grad_accum}" + (f" = {int(per)} (--batch-size {int(per)})"
-                                           if per == int(per) and per >= 1 else
-                                           f" = {per:g}, which is not a whole batch"))
-        if q.base_lr is not None:
-            lr = lr_suggestion(q.base_lr, q.base_batch, eff)
-            how += f"; or keep {b} and scale the lr: linear {lr.linear:.3g}, sqrt {lr.sqrt:.3g}"
-        out.append(Check(
-            CheckId.EFFECTIVE_BATCH, WARN,
-            f"the optimizer sees {b} per GPU x {w} GPUs x {plan.grad_accum} accum = {eff} "
-            f"samples per step, {ratio:.3g}x the baseline {q.base_batch} (the batch a DDP "
-            f"script sets is per process)", how))
-    else:
+
+def _last_batch_check(plan: ShardPlan, b: int) -> Check:
+    """What each rank's last batch of an epoch holds at per-GPU batch ``b``."""
+    s, last = plan.samples_per_rank, plan.last_batch
+    if plan.drop_last:
+        dropped = plan.loader_dropped_per_rank
+        if dropped:
+            return Check(
+                CheckId.LAST_BATCH, PASS,
+                f"drop_last=True drops {dropped} samples per rank per epoch "
+                f"({plan.loader_dropped_total} in all; with shuffle a different set each "
+                f"epoch); every batch holds {b}")
+        return Check(CheckId.LAST_BATCH, PASS,
+                     f"{s} samples per rank divide by {b}: every batch is full")
+    if b == 1:
+        return Check(
+            CheckId.LAST_BATCH, PASS,
+            "per-GPU batch 1: every batch holds one sample (fine for convolutional BatchNorm, "
+            "which normalises over the pixels; BatchNorm1d cannot train at batch 1)")
+    if last == 1:
+        sugg = suggest_batch_sizes(s, b)
+        alt = ", ".join(f"--batch-size {c} (last batch {s % c or c})" for c in sugg)
+        return Check(
+            CheckId.LAST_BATCH_OF_ONE, WARN,
+            f"the last batch on every rank holds 1 sample ({s} = {plan.batches_per_rank - 1} x "
+            f"{b} + 1): BatchNorm in training raises 'Expected more than 1 value per channel' "
+            f"on it, or normalises with a one-sample estimate",
+            "drop_last=True in the DataLoader/BatchSampler (drops 1 sample per rank per epoch)"
+            + (f", or {alt}" if alt else ""))
+    if last != b:
+        return Check(
+            CheckId.LAST_BATCH, PASS,
+            f"last batch on every rank holds {last} of {b} (that step averages over fewer "
+            f"samples; drop_last=True would drop them)")
+    return Check(CheckId.LAST_BATCH, PASS,
+                 f"{s} samples per rank divide by {b}: every batch is full")
+
+
+def _effective_batch_check(q: DataQuestion, eff: int, b: int) -> Check:
+    """The samples per optimizer step against the baseline's, with the per-GPU batch
+    or the learning rate that keeps it."""
+    plan = q.plan
+    w = plan.world_size
+    if q.base_batch is None or eff == q.base_batch:
         note = (f", equal to the baseline {q.base_batch}" if q.base_batch is not None else
                 " (the batch a DDP script sets is per process)")
-        out.append(Check(
+        return Check(
             CheckId.EFFECTIVE_BATCH, PASS,
             f"{b} per GPU x {w} GPUs x {plan.grad_accum} accum = {eff} samples per optimizer "
-            f"step{note}"))
-    return out
+            f"step{note}")
+    ratio = eff / q.base_batch
+    per = q.base_batch / (w * plan.grad_accum)
+    how = (f"set the per-GPU batch to baseline / (GPUs x accum) = {q.base_batch} / "
+           f"{w * plan.grad_accum}" + (f" = {int(per)} (--batch-size {int(per)})"
+                                       if per == int(per) and per >= 1 else
+                                       f" = {per:g}, which is not a whole batch"))
+    if q.base_lr is not None:
+        lr = lr_suggestion(q.base_lr, q.base_batch, eff)
+        how += f"; or keep {b} and scale the lr: linear {lr.linear:.3g}, sqrt {lr.sqrt:.3g}"
+    return Check(
+        CheckId.EFFECTIVE_BATCH, WARN,
+        f"the optimizer sees {b} per GPU x {w} GPUs x {plan.grad_accum} accum = {eff} "
+        f"samples per step, {ratio:.3g}x the baseline {q.base_batch} (the batch a DDP "
+        f"script sets is per process)", how)
 
 
 def _replicas_text(replicas) -> str:

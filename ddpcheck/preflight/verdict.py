@@ -54,7 +54,6 @@ def _meeting(stage: str) -> str:
 
 def failure_checks(results: list[RankResult], timeout: float,
                    log_dir: Optional[str] = None) -> list[Check]:
-    out: list[Check] = []
     logs = f"; every rank's full log: {log_dir}" if log_dir else ""
     failed = [r for r in results if r.status == RankStatus.FAILED and r.failure is not None
               and r.failure.kind != FailureKind.PEER_LOST]
@@ -65,13 +64,43 @@ def failure_checks(results: list[RankResult], timeout: float,
     # stopped because another rank failed or ended, or waiting for it: not the cause
     stopped = [r for r in results if r.status in (RankStatus.STOPPED, RankStatus.WAITING)]
 
-    # the first real failure, grouped over ranks that raised the same thing
+    out = _raised_checks(failed, stopped + hung, results, logs)
+    if failed:
+        hung = [h for h in hung if h.collective]  # the rest only waited for the failed rank
+        stopped = []
+    out += _crash_checks(crashed, stopped, logs)
+    alone = [r for r in hung if r.collective]
+    out += _alone_checks(alone, results, logs)
+    hung = [r for r in hung if not r.collective]
+    if _all_hung_alike(hung, results):
+        out.append(_all_hung_check(hung, results, timeout, logs))
+        hung = []
+    out += _hung_checks(hung, results, timeout, logs)
+
+    if lost and not (failed or crashed or alone or hung):
+        for r in lost:
+            out.append(Check(
+                CheckId.RANK_FAILED, FAIL,
+                f"rank {r.rank} stopped while {r.failure.stage}: {r.failure.message}",
+                "a peer never arrived: see the other ranks' rows and logs" + logs, rank=r.rank))
+    if stopped and not (failed or crashed or alone or hung):
+        out.append(Check(
+            CheckId.WORKERS_STOPPED, FAIL,
+            f"{ranks_text([r.rank for r in stopped])} were stopped before they finished",
+            "rerun; if it repeats, run with --gpus 1" + logs))
+    return out
+
+
+def _raised_checks(failed: list, waiting: list, results: list, logs: str) -> list[Check]:
+    """The first real failures, grouped over the ranks that raised the same thing, with
+    the ranks that were left ``waiting`` for them."""
+    out: list[Check] = []
     seen: dict = {}
     for r in failed:
         f = r.failure
         seen.setdefault((f.exc_type, f.message, f.frame, f.stage), []).append(r.rank)
     for (exc_type, message, frame, stage), ranks in seen.items():
-        left = [s for s in stopped + hung if s.rank not in ranks]
+        left = [s for s in waiting if s.rank not in ranks]
         waited = "; ".join(f"rank {s.rank} was left waiting {_where(s)}" for s in left)
         text = f"{exc_type}: {message}" if exc_type else message
         out.append(Check(
@@ -84,10 +113,12 @@ def failure_checks(results: list[RankResult], timeout: float,
              "rank-dependent code, data or device" if len(ranks) < len(results) else
              "fix the error above; rerun with --gpus 1 to see it on its own") + logs,
             rank=ranks[0]))
-    if failed:
-        hung = [h for h in hung if h.collective]  # the rest only waited for the failed rank
-        stopped = []
+    return out
 
+
+def _crash_checks(crashed: list, stopped: list, logs: str) -> list[Check]:
+    """Ranks that died without a result, with the ranks that waited for them."""
+    out: list[Check] = []
     for r in crashed:
         tail = f"; its last words: {r.last_words}" if r.last_words else ""
         waited = [s for s in stopped if s.status == RankStatus.WAITING]
@@ -100,8 +131,12 @@ def failure_checks(results: list[RankResult], timeout: float,
             f"rank {r.rank} died ({r.exit_text or 'no result'}) while {r.stage}{tail}{others}",
             "rerun with --gpus 1 to see the full error; a crash on some ranks only points "
             "at rank-dependent code, data or a faulty GPU" + logs, rank=r.rank))
+    return out
 
-    alone = [r for r in hung if r.collective]
+
+def _alone_checks(alone: list, results: list, logs: str) -> list[Check]:
+    """Ranks that wait in a collective nobody else calls, with where the others went."""
+    out: list[Check] = []
     for r in alone:
         others = [o for o in results if o.rank != r.rank]
         went_on = "; ".join(
@@ -114,19 +149,29 @@ def failure_checks(results: list[RankResult], timeout: float,
             f"{r.stage}; {went_on}. A collective that not every rank calls never returns",
             f"call {r.collective}() on every rank (move it out of `if rank == 0:` / "
             f"is_main_process() branches), or drop it" + logs, rank=r.rank))
-    hung = [r for r in hung if not r.collective]
+    return out
 
-    if hung and len(hung) == len(results) > 1 and len({r.stage for r in hung}) == 1:
-        r = hung[0]
-        frames = "; ".join(f"rank {h.rank} {_where(h)}" for h in hung)
-        out.append(Check(
-            CheckId.ALL_HUNG, FAIL,
-            f"all {len(results)} ranks made no progress while {r.stage} and were killed at "
-            f"--timeout {timeout:g} s: {frames}",
-            (_fix_for_stage(r.stage) if "init_process_group" in r.stage else
-             "every rank waits: look at the frames above for a collective no rank gets "
-             "past, a lock, or a file nobody writes") + logs))
-        hung = []
+
+def _all_hung_alike(hung: list, results: list) -> bool:
+    return bool(hung) and len(hung) == len(results) > 1 and len({r.stage for r in hung}) == 1
+
+
+def _all_hung_check(hung: list, results: list, timeout: float, logs: str) -> Check:
+    r = hung[0]
+    frames = "; ".join(f"rank {h.rank} {_where(h)}" for h in hung)
+    return Check(
+        CheckId.ALL_HUNG, FAIL,
+        f"all {len(results)} ranks made no progress while {r.stage} and were killed at "
+        f"--timeout {timeout:g} s: {frames}",
+        (_fix_for_stage(r.stage) if "init_process_group" in r.stage else
+         "every rank waits: look at the frames above for a collective no rank gets "
+         "past, a lock, or a file nobody writes") + logs)
+
+
+def _hung_checks(hung: list, results: list, timeout: float, logs: str) -> list[Check]:
+    """Each rank that made no progress until the deadline, where it was stuck, and what
+    the other ranks said meanwhile."""
+    out: list[Check] = []
     for r in hung:
         age = f" for {r.stage_age:.1f} s" if r.stage_age is not None else ""
         waiting = [o for o in results if o.rank != r.rank]
@@ -142,18 +187,6 @@ def failure_checks(results: list[RankResult], timeout: float,
             "find what blocks on that rank at that frame: a lock, a file only rank 0 writes, a "
             "download, an input() or a very slow step; raise --timeout only if the frame "
             "shows real work" + logs, rank=r.rank))
-
-    if lost and not (failed or crashed or alone or hung):
-        for r in lost:
-            out.append(Check(
-                CheckId.RANK_FAILED, FAIL,
-                f"rank {r.rank} stopped while {r.failure.stage}: {r.failure.message}",
-                "a peer never arrived: see the other ranks' rows and logs" + logs, rank=r.rank))
-    if stopped and not (failed or crashed or alone or hung):
-        out.append(Check(
-            CheckId.WORKERS_STOPPED, FAIL,
-            f"{ranks_text([r.rank for r in stopped])} were stopped before they finished",
-            "rerun; if it repeats, run with --gpus 1" + logs))
     return out
 
 
