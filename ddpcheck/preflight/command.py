@@ -456,11 +456,7 @@ def run_preflight(opts: PreflightOptions, box=None, deadline=None) -> int:
     world = launched.world_size if launched else opts.gpus
     pre_checks = _launch_env_checks(launched)
     if launched and opts.gpus is not None and opts.gpus != launched.world_size:
-        pre_checks.append(Check(
-            CheckId.GPUS_VS_LAUNCHER, WARN,
-            f"--gpus {opts.gpus} but {launched.launcher} started {launched.world_size} ranks: "
-            f"the arithmetic uses {launched.world_size}",
-            "drop --gpus when running under a launcher"))
+        pre_checks.append(_gpus_vs_launcher(opts.gpus, launched))
     if world is not None:
         data_checks, arith, choice = _data_part(opts, world)
 
@@ -488,23 +484,8 @@ def run_preflight(opts: PreflightOptions, box=None, deadline=None) -> int:
     # sandbox's layers hold before this is the launcher's own
     watched = _watch_changes(box)
     if opts.model:
-        _load_user_refs(opts)
-        if fork_safe:
-            # DDP's constructor imports torch._dynamo (seconds): once here, shared by
-            # every forked worker, instead of once per worker
-            import torch._dynamo  # noqa: F401
-        if torch.cuda.is_initialized():
-            fork_safe = False
-
-    spec = RunSpec(
-        backend=backend.backend, device=backend.device, timeout=float(opts.timeout),
-        bandwidth_bytes=opts.bandwidth_size or (256 * 2**20 if backend.device == "cuda"
-                                                else 16 * 2**20),
-        bandwidth_iters=5 if backend.device == "cuda" else 3,
-        model=model_spec(opts), gpu_memory=opts.gpu_memory, reserve=opts.reserve,
-        safety_margin=opts.safety_margin, batch_size=choice.per_gpu if choice else None,
-        box=box.box if box is not None else None,
-        redirect=box is not None and not box.isolated_processes)
+        fork_safe = _load_model_code(opts, torch, fork_safe)
+    spec = _run_spec(opts, backend, choice, box)
 
     quiet = False
     log_dir = None
@@ -519,17 +500,11 @@ def run_preflight(opts: PreflightOptions, box=None, deadline=None) -> int:
 
         supervisor.write_status(box.box, kept_logs=log_dir)
 
-    from ddpcheck.preflight import memverdict, verdict
+    from ddpcheck.preflight import verdict
 
     pg_checks = verdict.failure_checks(results, opts.timeout, log_dir)
     pg_checks += verdict.process_group_checks(results, backend.backend, backend.device, world)
-    mem = next((r.memory for r in results if r.memory is not None), None) if opts.model \
-        else None
-    mq = memverdict.MemoryQuestion(
-        target_batch=spec.batch_size, world_size=world, grad_accum=opts.grad_accum,
-        baseline_global=opts.base_batch or (choice.effective_global if choice else None),
-        safety_margin=opts.safety_margin, model=opts.model or "", optimizer=opts.optimizer)
-    mem_checks = memverdict.memory_checks(mem, mq)
+    mem, mq, mem_checks = _memory_part(opts, results, spec.batch_size, world, choice)
     if mem is not None and mem.bn_batch1:
         data_checks = _escalate_last_batch_of_one(data_checks)
     checks = [Check(CheckId.BACKEND, backend.status, backend.note)] + pre_checks + pg_checks \
@@ -537,6 +512,54 @@ def run_preflight(opts: PreflightOptions, box=None, deadline=None) -> int:
     return _print(opts, quiet, checks, t0, results=results, how=how, launch_s=launch_s,
                   world=world, backend=backend.backend, device=backend.device, arith=arith,
                   mem=mem, mq=mq, log_dir=log_dir, box=box, writes=writes)
+
+
+def _memory_part(opts: PreflightOptions, results: list, batch_size, world: int, choice):
+    """The memory the ranks measured (with --model), the question it answers (the
+    target batch, the baseline's global batch) and its checks."""
+    from ddpcheck.preflight import memverdict
+
+    mem = next((r.memory for r in results if r.memory is not None), None) if opts.model \
+        else None
+    mq = memverdict.MemoryQuestion(
+        target_batch=batch_size, world_size=world, grad_accum=opts.grad_accum,
+        baseline_global=opts.base_batch or (choice.effective_global if choice else None),
+        safety_margin=opts.safety_margin, model=opts.model or "", optimizer=opts.optimizer)
+    return mem, mq, memverdict.memory_checks(mem, mq)
+
+
+def _gpus_vs_launcher(gpus: int, launched) -> Check:
+    return Check(
+        CheckId.GPUS_VS_LAUNCHER, WARN,
+        f"--gpus {gpus} but {launched.launcher} started {launched.world_size} ranks: "
+        f"the arithmetic uses {launched.world_size}",
+        "drop --gpus when running under a launcher")
+
+
+def _load_model_code(opts: PreflightOptions, torch, fork_safe: bool) -> bool:
+    """Import the user's --model / --loss / ... modules here, once, before the workers
+    start; returns whether forking the workers is still safe (not when importing them
+    initialised CUDA)."""
+    _load_user_refs(opts)
+    if fork_safe:
+        # DDP's constructor imports torch._dynamo (seconds): once here, shared by
+        # every forked worker, instead of once per worker
+        import torch._dynamo  # noqa: F401
+    return fork_safe and not torch.cuda.is_initialized()
+
+
+def _run_spec(opts: PreflightOptions, backend, choice, box) -> RunSpec:
+    """What every rank runs: the backend, the bandwidth figure's size, the model and
+    its memory question, the sandbox's folder."""
+    return RunSpec(
+        backend=backend.backend, device=backend.device, timeout=float(opts.timeout),
+        bandwidth_bytes=opts.bandwidth_size or (256 * 2**20 if backend.device == "cuda"
+                                                else 16 * 2**20),
+        bandwidth_iters=5 if backend.device == "cuda" else 3,
+        model=model_spec(opts), gpu_memory=opts.gpu_memory, reserve=opts.reserve,
+        safety_margin=opts.safety_margin, batch_size=choice.per_gpu if choice else None,
+        box=box.box if box is not None else None,
+        redirect=box is not None and not box.isolated_processes)
 
 
 def _watch_changes(box):

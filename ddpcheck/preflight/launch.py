@@ -61,6 +61,33 @@ def _quiet_torch_loggers() -> list:
 
 
 @contextlib.contextmanager
+def _launcher_state_restored():
+    """Put back what torch's launcher changes in this process (signal handlers,
+    TORCHELASTIC_SIGNALS_TO_HANDLE, the torch loggers silenced here) and leave no
+    child of ours running."""
+    saved_signals = {sig: signal.getsignal(sig) for sig in
+                     (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
+    saved_env = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
+    silenced = _quiet_torch_loggers()
+    try:
+        yield
+    finally:
+        for logger in silenced:
+            logger.disabled = False
+        for sig, handler in saved_signals.items():
+            if handler is not None:
+                signal.signal(sig, handler)
+        if saved_env is None:
+            os.environ.pop("TORCHELASTIC_SIGNALS_TO_HANDLE", None)
+        else:
+            os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = saved_env
+        # nothing of ours may outlive the preflight
+        for child in multiprocessing.active_children():
+            child.kill()
+            child.join(5)
+
+
+@contextlib.contextmanager
 def _real_std_streams():
     """torchelastic redirects a worker's stdout/stderr at the fd level through
     ``sys.stdout.fileno()``; under click's CliRunner, Jupyter or pytest capture
@@ -126,40 +153,24 @@ def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
         logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL),
         shutdown_timeout=3,
     )
-    saved_signals = {sig: signal.getsignal(sig) for sig in
-                     (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT)}
-    saved_env = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
-    silenced = _quiet_torch_loggers()
-    watchdog = Watchdog(results_dir, log_dir, nproc, deadline, grace)
-    watchdog.start()
     failures: dict = {}
-    try:
-        with _real_std_streams():
-            elastic_launch(config, entrypoint or run_rank)(spec)
-    except ChildFailedError as exc:
-        failures = dict(exc.failures)
-    except (KeyboardInterrupt, SignalException):
-        # the watchdog's own stop of an agent left waiting by workers that are all
-        # gone is not the user's interrupt
-        outcome.interrupted = not watchdog.agent_interrupted
-    except Exception as exc:  # rendezvous errors, ...
-        outcome.launcher_error = f"{type(exc).__name__}: {exc}"
-    finally:
-        watchdog.stop.set()
-        watchdog.join()
-        for logger in silenced:
-            logger.disabled = False
-        for sig, handler in saved_signals.items():
-            if handler is not None:
-                signal.signal(sig, handler)
-        if saved_env is None:
-            os.environ.pop("TORCHELASTIC_SIGNALS_TO_HANDLE", None)
-        else:
-            os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = saved_env
-        # nothing of ours may outlive the preflight
-        for child in multiprocessing.active_children():
-            child.kill()
-            child.join(5)
+    with _launcher_state_restored():
+        watchdog = Watchdog(results_dir, log_dir, nproc, deadline, grace)
+        watchdog.start()
+        try:
+            with _real_std_streams():
+                elastic_launch(config, entrypoint or run_rank)(spec)
+        except ChildFailedError as exc:
+            failures = dict(exc.failures)
+        except (KeyboardInterrupt, SignalException):
+            # the watchdog's own stop of an agent left waiting by workers that are all
+            # gone is not the user's interrupt
+            outcome.interrupted = not watchdog.agent_interrupted
+        except Exception as exc:  # rendezvous errors, ...
+            outcome.launcher_error = f"{type(exc).__name__}: {exc}"
+        finally:
+            watchdog.stop.set()
+            watchdog.join()
     outcome.elapsed = time.time() - start
     outcome.stop_reason = watchdog.reason
     outcome.ranks = _rank_results(nproc, results_dir, log_dir, watchdog, failures, outcome)

@@ -394,7 +394,40 @@ def run(spec: RunSpec, group, progress) -> MemoryResult:
     ms = spec.model
     device = group.device
     out = MemoryResult(device=str(device), amp=ms.amp or "")
+    model = _build_model(ms, group, progress, out)
+    if model is None:
+        return out
+    _count_state(out, model, ms)
+    _set_budget(out, spec, device)
+    if _nothing_to_measure(out, group, device):
+        return out
+    if ms.sync_bn:
+        if device.type == "cuda":
+            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before the DDP wrap
+            out.sync_bn = "converted"
+        else:
+            out.sync_bn = "not on CPU"
+    model.train()
+    meter = make_meter(device)
+    out.tool = meter.tool
+    trainer = _wrap(spec, group, model, meter, progress, out)
+    if trainer is None:
+        return out
 
+    steps = _measure(trainer, out, progress, spec)
+    out.steps = list(steps)
+    if out.step_error is not None:
+        _finish_budget(out, meter, spec, device)
+        return out
+    _finish_budget(out, meter, spec, device)
+    _fit_and_confirm(trainer, out, steps, progress, spec)
+    out.steps = [s for s in steps if s.batch not in {c.batch for c in out.confirmations}]
+    return out
+
+
+def _build_model(ms, group, progress, out: MemoryResult):
+    """The model from the --model factory on every rank (None, with the failure in
+    ``out``, when the factory failed on any rank: every rank stops together)."""
     progress.stage("building the model (--model factory)")
     model, err = None, None
     try:
@@ -411,8 +444,13 @@ def run(spec: RunSpec, group, progress) -> MemoryResult:
     if bad:
         out.factory_error = bad[0][1]
         out.failed_ranks = [r for r, _ in bad]
-        return out
+        return None
+    return model
 
+
+def _count_state(out: MemoryResult, model, ms) -> None:
+    """Parameters, gradients, DDP buckets and optimizer state: the bytes every GPU holds
+    before any activation."""
     params = list(model.parameters())
     out.params = sum(p.numel() for p in params)
     out.param_bytes = sum(p.numel() * p.element_size() for p in params)
@@ -422,12 +460,16 @@ def run(spec: RunSpec, group, progress) -> MemoryResult:
     out.state = StateBytes(out.param_bytes, out.trainable_bytes,
                            0 if ms.gradient_as_bucket_view else out.trainable_bytes,
                            known_optimizer_state(ms.optimizer, out.trainable_bytes))
-    _set_budget(out, spec, device)
+
+
+def _nothing_to_measure(out: MemoryResult, group, device) -> bool:
+    """The model's state alone exceeds the budget (no batch fits), or the CPU processes
+    would not fit the host's memory: every rank stops here together."""
     if out.usable is not None and out.state.total > out.usable:
         # parameters, gradients, buckets and optimizer state alone exceed the
         # budget: no batch fits, and there is nothing to measure
         collectives.agree(group, "model state vs budget")
-        return out
+        return True
     if device.type == "cpu":
         # do not let the host's OOM killer answer for us
         local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -435,24 +477,20 @@ def run(spec: RunSpec, group, progress) -> MemoryResult:
         if ram and out.state.total * local_world > 0.8 * ram:
             out.host_too_small = ram
             collectives.agree(group, "host memory check")
-            return out
-    if ms.sync_bn:
-        if device.type == "cuda":
-            model = nn.SyncBatchNorm.convert_sync_batchnorm(model)  # before the DDP wrap
-            out.sync_bn = "converted"
-        else:
-            out.sync_bn = "not on CPU"
-    model.train()
+            return True
+    return False
 
-    meter = make_meter(device)
-    out.tool = meter.tool
+
+def _wrap(spec: RunSpec, group, model, meter, progress, out: MemoryResult):
+    """The model on its device, wrapped in DDP with its optimizer (None, with the
+    failure in ``out``, when that failed on any rank)."""
     try:
         meter.watch(model)
         with meter.phase("to device"):
-            model.to(device)
+            model.to(group.device)
         trainer = Trainer(spec, group, model, meter)
         progress.stage("wrapping the model in DDP, building the optimizer")
-        trainer.wrap(find_unused=ms.find_unused_parameters)
+        trainer.wrap(find_unused=spec.model.find_unused_parameters)
         setup_error = None
     except Exception as exc:
         setup_error = failure_from_exception(exc, "wrapping the model in DDP, building the "
@@ -461,17 +499,8 @@ def run(spec: RunSpec, group, progress) -> MemoryResult:
     setup_error = next((v["failure"] for v in votes if v["failure"] is not None), None)
     if setup_error is not None:
         out.step_error = setup_error
-        return out
-
-    steps = _measure(trainer, out, progress, spec)
-    out.steps = list(steps)
-    if out.step_error is not None:
-        _finish_budget(out, meter, spec, device)
-        return out
-    _finish_budget(out, meter, spec, device)
-    _fit_and_confirm(trainer, out, steps, progress, spec)
-    out.steps = [s for s in steps if s.batch not in {c.batch for c in out.confirmations}]
-    return out
+        return None
+    return trainer
 
 
 def _set_budget(out: MemoryResult, spec: RunSpec, device) -> None:

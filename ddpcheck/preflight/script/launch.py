@@ -201,19 +201,12 @@ def run_script_rank(spec: ScriptSpec) -> dict:
     the rank's :class:`RankResult` to its progress file.
     """
     from ddpcheck.preflight.progress import Progress
-    from ddpcheck.preflight.worker import prepare_process
 
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     progress = Progress(spec.results_dir, rank)
     progress.stage("starting the script")
-    changes = rank_environment(spec)
-    saved_env = {k: os.environ.get(k) for k in changes}
-    for key, value in changes.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    saved_env = _set_environment(rank_environment(spec))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
     node, nodes = node_of()
     facts = RankFacts(rank=rank, world_size=world,
@@ -223,47 +216,99 @@ def run_script_rank(spec: ScriptSpec) -> dict:
                       devices=spec.devices if spec.one_process else local_world)
     started = time.time()
     saved = (list(sys.argv), list(sys.path), os.getcwd())
-    observer = scratch = None
+    run = _ObservedRun(spec, facts, progress)
     try:
-        prepare_process(spec, local_world)
-        import runpy
+        run.start(local_world)
+        try:
+            run.run_script()
+        finally:
+            run.tear_down()
+    except Exception as exc:  # the preflight's own machinery failed
+        facts.ending = Ending.CRASHED
+        facts.crash = _crash(exc)
+        facts.notes.append("the preflight failed to run the script (a ddpcheck bug)")
+    finally:
+        sys.argv, sys.path[:] = saved[0], saved[1]
+        try:
+            os.chdir(saved[2])
+        except OSError:
+            pass
+        _set_environment(saved_env)
+    facts.seconds = time.time() - started
+    result = {"rank": rank, "facts": facts.to_dict()}
+    if spec.gather and run.observer is not None:
+        result["all"] = _gather_facts(run.observer, facts, spec.deadline)
+    _write_facts(spec.facts_dir, facts)
+    progress.final(_rank_result(facts, "running the script"))
+    return result
 
+
+def _set_environment(changes: dict) -> dict:
+    """Apply ``changes`` to os.environ (None: unset); returns what puts it back."""
+    saved = {k: os.environ.get(k) for k in changes}
+    for key, value in changes.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+    return saved
+
+
+class _ObservedRun:
+    """The user's script in this rank, under observation: the instruments installed
+    (:meth:`start`), the script run as ``__main__`` and how it ended recorded
+    (:meth:`run_script`), every instrument taken off again (:meth:`tear_down`)."""
+
+    def __init__(self, spec: ScriptSpec, facts: RankFacts, progress):
+        self.spec, self.facts, self.progress = spec, facts, progress
+        self.observer = self.scratch = self.recorder = self.steering = self.exits = None
+        self.old_debug = None
+
+    def start(self, local_world: int) -> None:
+        from ddpcheck.preflight.worker import prepare_process
+
+        spec = self.spec
+        prepare_process(spec, local_world)
         import torch
         import torch.distributed as dist
 
-        from ddpcheck.preflight.script.observe import (
-            Observer,
-            PreflightMismatch,
-            PreflightRefused,
-            user_line,
-        )
+        from ddpcheck.preflight.script.observe import Observer, user_line
         from ddpcheck.preflight.script.scratch import Scratch
-        from ddpcheck.preflight.script.steer import PreflightStop, Steering
+        from ddpcheck.preflight.script.steer import Steering
         from ddpcheck.preflight.writes import WriteRecorder
 
-        steering = Steering(spec.steps)
-        observer = Observer(facts, steering, spec.deadline, spec.cuda_stand_in,
-                            spec.run_key, measure_memory=True, devices=facts.devices,
-                            one_process=spec.one_process)
+        self.steering = Steering(spec.steps)
+        self.observer = Observer(self.facts, self.steering, spec.deadline, spec.cuda_stand_in,
+                                 spec.run_key, measure_memory=True, devices=self.facts.devices,
+                                 one_process=spec.one_process)
         if spec.redirect:
-            scratch = Scratch(spec.scratch, [os.getcwd(), spec.folder], user_line)
-        recorder = WriteRecorder(user_line, own=(spec.box, spec.scratch, spec.results_dir,
-                                                 spec.facts_dir),
-                                 spill=_spill_file(spec.box, rank))
-        old_debug = dist.get_debug_level()
+            self.scratch = Scratch(spec.scratch, [os.getcwd(), spec.folder], user_line)
+        self.recorder = WriteRecorder(user_line, own=(spec.box, spec.scratch, spec.results_dir,
+                                                      spec.facts_dir),
+                                      spill=_spill_file(spec.box, self.facts.rank))
+        self.old_debug = dist.get_debug_level()
         # DDP names the parameters that got no gradient at INFO (DETAIL wraps the
         # group in checks that crash on some CPU builds)
         dist.set_debug_level(dist.DebugLevel.INFO)
-        if scratch is not None:
-            scratch.install(torch)
-        recorder.install(torch)
-        observer.install()
-        exits = _ExitReport(spec, facts, observer, progress,
-                            lambda: _write_facts_of(recorder, scratch))
-        exits.install()
-        where = ""
+        if self.scratch is not None:
+            self.scratch.install(torch)
+        self.recorder.install(torch)
+        self.observer.install()
+        self.exits = _ExitReport(spec, self.facts, self.observer, self.progress,
+                                 lambda: _write_facts_of(self.recorder, self.scratch))
+        self.exits.install()
+
+    def run_script(self) -> None:
+        """Run the script as ``__main__``; how it ended (finished, stopped by the
+        steering, crashed, ...) goes to the facts, never up."""
+        import runpy
+
+        from ddpcheck.preflight.script.observe import PreflightMismatch, PreflightRefused
+        from ddpcheck.preflight.script.steer import PreflightStop
+
+        spec, facts = self.spec, self.facts
         try:
-            progress.stage("running the script")
+            self.progress.stage("running the script")
             if spec.module:
                 sys.argv = [spec.path or spec.module, *spec.argv]
                 sys.path.insert(0, os.getcwd())
@@ -275,7 +320,7 @@ def run_script_rank(spec: ScriptSpec) -> dict:
             facts.ending = Ending.FINISHED
         except PreflightStop:
             facts.ending = Ending.STOPPED
-            facts.ending_detail = steering.stop_reason
+            facts.ending_detail = self.steering.stop_reason
         except PreflightMismatch as exc:
             facts.ending = Ending.MISMATCH
             facts.ending_detail = str(exc)
@@ -295,46 +340,30 @@ def run_script_rank(spec: ScriptSpec) -> dict:
         except BaseException as exc:  # the script's own failure: the report's subject
             facts.ending = Ending.CRASHED
             facts.crash = _crash(exc)
-        finally:
-            where = facts.crash.where if facts.crash else ""
-            observer.announce_end(facts.ending.value, where)
-            progress.stage("tearing down")
-            exits.uninstall()
-            observer.uninstall()
-            recorder.uninstall()
-            if scratch is not None:
-                scratch.uninstall()
-            facts.writes = _write_facts_of(recorder, scratch)
-            if spec.gather:
-                _post_facts(observer, facts)
-            if dist.is_initialized():
-                try:
-                    dist.destroy_process_group()
-                except Exception:
-                    pass
-            dist.set_debug_level(old_debug)
-    except Exception as exc:  # the preflight's own machinery failed
-        facts.ending = Ending.CRASHED
-        facts.crash = _crash(exc)
-        facts.notes.append("the preflight failed to run the script (a ddpcheck bug)")
-    finally:
-        sys.argv, sys.path[:] = saved[0], saved[1]
-        try:
-            os.chdir(saved[2])
-        except OSError:
-            pass
-        for key, value in saved_env.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    facts.seconds = time.time() - started
-    result = {"rank": rank, "facts": facts.to_dict()}
-    if spec.gather and observer is not None:
-        result["all"] = _gather_facts(observer, facts, spec.deadline)
-    _write_facts(spec.facts_dir, facts)
-    progress.final(_rank_result(facts, "running the script"))
-    return result
+
+    def tear_down(self) -> None:
+        """Tell the other ranks how this one ended, take every instrument off, hand the
+        writes to the facts, post them, end the script's process group."""
+        import torch.distributed as dist
+
+        facts = self.facts
+        where = facts.crash.where if facts.crash else ""
+        self.observer.announce_end(facts.ending.value, where)
+        self.progress.stage("tearing down")
+        self.exits.uninstall()
+        self.observer.uninstall()
+        self.recorder.uninstall()
+        if self.scratch is not None:
+            self.scratch.uninstall()
+        facts.writes = _write_facts_of(self.recorder, self.scratch)
+        if self.spec.gather:
+            _post_facts(self.observer, facts)
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:
+                pass
+        dist.set_debug_level(self.old_debug)
 
 
 def _write_facts_of(recorder, scratch) -> list:
