@@ -17,7 +17,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field, replace
 from typing import Optional
 
-from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, CheckId, worst
+from ddpcheck.preflight.checks import FAIL, PASS, WARN, Check, CheckId, Status, worst
+from ddpcheck.preflight.checks import exit_code as exit_code_of
 from ddpcheck.preflight.results import RankResult, RankStatus
 from ddpcheck.preflight.script.facts import Ending, LoaderFact
 from ddpcheck.preflight.script.standin import failure_is_stand_in
@@ -62,12 +63,13 @@ class Judgement:
     lint_error: Optional[str] = None
 
     @property
-    def status(self) -> str:
-        return worst(v for v in self.checks)
+    def status(self) -> Status:
+        return worst(self.checks)
 
     @property
     def exit_code(self) -> int:
-        return 1 if any(v.status == FAIL for v in self.checks) else 0
+        """The factory mode's rule: 1 when any check FAILed."""
+        return exit_code_of(self.checks)
 
 
 def _ranks(ranks) -> str:
