@@ -209,18 +209,18 @@ def _len_of_prefix(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool:
             and _is_prefix(model, expr.args[0].value, scope))
 
 
-def renames_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
+def renames_key(model: ScriptModel, key: cst.BaseExpression, scope, _following: frozenset = frozenset()) -> bool:
     """A key expression that drops DDP's `module.` prefix: `k[7:]`,
     `k[len("module."):]`, `k.replace("module.", "")`, `k.removeprefix("module.")`,
     `k.split("module.")[-1]`, `re.sub(r"^module\\.", "", k)`, or a conditional
     one of these (`k[7:] if k.startswith("module.") else k`)."""
     if isinstance(key, cst.IfExp):
-        return renames_key(model, key.body, scope) or renames_key(model, key.orelse, scope)
+        return renames_key(model, key.body, scope, _following) or renames_key(model, key.orelse, scope, _following)
     if isinstance(key, cst.Subscript) and len(key.slice) == 1:
         sl = key.slice[0].slice
         if isinstance(sl, cst.Slice) and sl.lower is not None and _len_of_prefix(model, sl.lower, scope):
             return True
-        return renames_key(model, key.value, scope)   # `k.split("module.")[-1]`
+        return renames_key(model, key.value, scope, _following)   # `k.split("module.")[-1]`
     if isinstance(key, cst.Call):
         func = key.func
         if isinstance(func, cst.Attribute) and func.attr.value in _STRIP_METHODS and key.args:
@@ -231,19 +231,23 @@ def renames_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
         if name.rpartition(".")[2] in _STRIP_FUNCTIONS:
             return True
     if isinstance(key, cst.Name):
-        # `name = k[7:]` ... `{name: v}`: the key was renamed on its own line
-        return any(a.kind == "assign" and a.value is not None and renames_key(model, a.value, a.ctx.function)
+        # `name = k[7:]` ... `{name: v}`: the key was renamed on its own line (a read already
+        # being followed, `name = name` in a loop, adds nothing)
+        if id(key) in _following:
+            return False
+        following = _following | {id(key)}
+        return any(a.kind == "assign" and a.value is not None and renames_key(model, a.value, a.ctx.function, following)
                    for a in bindings_seen(model, key))
     return False
 
 
-def prefixes_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
+def prefixes_key(model: ScriptModel, key: cst.BaseExpression, scope, _following: frozenset = frozenset()) -> bool:
     """A key expression that gives the key DDP's `module.` prefix (the inverse
     of `renames_key`): `"module." + k`, `f"module.{k}"`, `"module.{}".format(k)`,
     `"module.%s" % k`, or a conditional one of these
     (`k if k.startswith("module.") else "module." + k`)."""
     if isinstance(key, cst.IfExp):
-        return prefixes_key(model, key.body, scope) or prefixes_key(model, key.orelse, scope)
+        return prefixes_key(model, key.body, scope, _following) or prefixes_key(model, key.orelse, scope, _following)
     if isinstance(key, cst.BinaryOperation):
         if isinstance(key.operator, cst.Add):
             return _is_prefix(model, key.left, scope)
@@ -257,7 +261,10 @@ def prefixes_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
         text = constant_of(model, key.func.value, scope)
         return isinstance(text, str) and text.startswith(PREFIX)
     if isinstance(key, cst.Name):
-        return any(a.kind == "assign" and a.value is not None and prefixes_key(model, a.value, a.ctx.function)
+        if id(key) in _following:
+            return False   # `name = name` in a loop: this read is already being followed
+        following = _following | {id(key)}
+        return any(a.kind == "assign" and a.value is not None and prefixes_key(model, a.value, a.ctx.function, following)
                    for a in bindings_seen(model, key))
     return False
 
@@ -276,7 +283,8 @@ def adds_prefix(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool:
     return _renamed_state(model, expr, scope, prefixes_key, strip=False)
 
 
-def _renamed_state(model: ScriptModel, expr: cst.BaseExpression, scope, renames, strip: bool) -> bool:
+def _renamed_state(model: ScriptModel, expr: cst.BaseExpression, scope, renames, strip: bool,
+                   following: frozenset = frozenset()) -> bool:
     if isinstance(expr, cst.DictComp):
         return renames(model, expr.key, scope)
     if isinstance(expr, cst.Call):
@@ -288,15 +296,16 @@ def _renamed_state(model: ScriptModel, expr: cst.BaseExpression, scope, renames,
             return isinstance(elt, cst.Tuple) and bool(elt.elements) and renames(model, elt.elements[0].value, scope)
         return False
     key = dotted_name(expr)
-    if key is None:
-        return False
+    if key is None or id(expr) in following:
+        return False   # `sd = sd` in a loop: this read is already being followed
     if strip and key in _handed_to_strip(model, scope):
         return True
     if _filled_renamed(model, key, scope, renames):
         return True
     assigns = [a for a in bindings_seen(model, expr) if a.kind == "assign" and a.value is not None
                and a.augmented is None]
-    return bool(assigns) and all(_renamed_state(model, a.value, a.ctx.function, renames, strip) for a in assigns)
+    return bool(assigns) and all(_renamed_state(model, a.value, a.ctx.function, renames, strip, following | {id(expr)})
+                                 for a in assigns)
 
 
 @query(on_cycle=frozenset())
