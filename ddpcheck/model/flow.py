@@ -436,12 +436,16 @@ def value_of(model: ScriptModel, expr: cst.BaseExpression | None, scope: Functio
     return settled(_value(model, expr))
 
 
-def settled(value: Value) -> Value:
+def settled(value: Value, _settling: frozenset = frozenset()) -> Value:
     """`value` with the calls whose method depends on a still unknown `self`
-    (Dispatch) replaced by the method of the class they are written in."""
+    (Dispatch) replaced by the method of the class they are written in.
+    A call met again while its own answer is being settled
+    (`self.opt = self.build(self.opt)` with `build` returning its argument)
+    adds nothing beyond the other answers (as a cycle does for the memo)."""
     if not any(isinstance(a, Dispatch) for a in value.atoms):
         return value
-    return union(settled(a.static) if isinstance(a, Dispatch) else just(a) for a in value.atoms)
+    return union((EMPTY if a in _settling else settled(a.static, _settling | {a})) if isinstance(a, Dispatch)
+                 else just(a) for a in value.atoms)
 
 
 @query(on_cycle=EMPTY)
