@@ -1235,6 +1235,12 @@ def _symbolic(atom) -> bool:
     return False
 
 
+# The dispatches whose static answer is being bound (a method whose answer
+# reaches the same call again, `self.opt = self.build(self.opt)`): one
+# process lints one file at a time, so a plain set is enough.
+_BINDING: set = set()
+
+
 def _substitute_atom(atom, replace) -> Value:
     if isinstance(atom, Param):
         found = replace(atom)
@@ -1258,8 +1264,14 @@ def _substitute_atom(atom, replace) -> Value:
         if receiver is None or receiver == just(atom.param):
             # `self` stays unknown here: keep the dispatch if nothing else changes,
             # else settle it to the method of its own class
-            static = atom.static
-            bound = _substitute(static, replace)
+            if atom in _BINDING:
+                return just(atom)   # met again inside its own answer: binding it again adds nothing
+            _BINDING.add(atom)
+            try:
+                static = atom.static
+                bound = _substitute(static, replace)
+            finally:
+                _BINDING.discard(atom)
             return just(atom) if bound is static else bound
         return union(_dispatch(atom, r, replace) for r in receiver.atoms)
     if isinstance(atom, Seq) and atom.items is not None:
