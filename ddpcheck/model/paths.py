@@ -10,15 +10,18 @@ import re
 
 import libcst as cst
 
-from ddpcheck.model.flow import bindings_seen
+from ddpcheck.model.flow import bindings_seen, resolve_call
 from ddpcheck.model.names import dotted_name
+from ddpcheck.model.reads import reads
 from ddpcheck.model.script import FunctionInfo, ScriptModel
 
 PER_RANK = re.compile(r"rank|process_index|gpu_id|local_gpu")
 
 # Calls that build a path or a string from their arguments: what those are
 # made of is part of the name; any other call only adds its own name
-# (`get_rank()`), not what it is given (`validate(model, ...)`).
+# (`get_rank()`), not what it is given (`validate(model, ...)`), unless it is
+# a function of the tree whose return is built from its parameters
+# (`def with_count(name): return f"{name}.iter{n}"`, see `_returns_from_arguments`).
 PATH_BUILDERS = frozenset({
     "join", "Path", "PurePath", "str", "format", "joinpath", "with_name", "with_suffix", "with_stem",
     "replace", "expanduser", "abspath", "realpath", "normpath", "dirname", "basename", "fspath",
@@ -54,7 +57,8 @@ def path_parts(model: ScriptModel, target: cst.BaseExpression) -> tuple[str, ...
             name = dotted_name(node.func)
             if name is not None:
                 found.append(name)
-            if (name or "").rpartition(".")[2] in PATH_BUILDERS or isinstance(node.func, cst.Attribute) and name is None:
+            if (name or "").rpartition(".")[2] in PATH_BUILDERS or isinstance(node.func, cst.Attribute) and name is None \
+                    or _returns_from_arguments(model, node):
                 stack.append(node.func)
                 stack += [a.value for a in node.args]
             continue
@@ -70,6 +74,18 @@ def path_parts(model: ScriptModel, target: cst.BaseExpression) -> tuple[str, ...
                     stack.append(source)
         stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
     return tuple(found)
+
+
+def _returns_from_arguments(model: ScriptModel, node: cst.Call) -> bool:
+    """`node` runs one function of the tree whose returned values read its
+    parameters (not only `self`): what it is given is part of what it returns."""
+    site = model.site_of.get(id(node))
+    target = resolve_call(model, site) if site is not None else None
+    if target is None:
+        return False
+    tmodel, fn = target
+    params = set(fn.params) - {"self", "cls"}
+    return any(n.partition(".")[0] in params for expr, _ in fn.returns for n in reads(tmodel, expr))
 
 
 def per_rank_path(model: ScriptModel, target: cst.BaseExpression | None, scope: FunctionInfo | None = None) -> bool:
