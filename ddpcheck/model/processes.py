@@ -10,11 +10,15 @@ shows one process:
 
 - every process group it starts is given the literal `world_size=1` (a
   positional 1 is not looked for); or
-- every documented launch command of the script (model/launch.py) runs one
-  process (`--nproc_per_node=1`, `--num_gpus 1`, a plain `python train.py`
-  of a script that does not spawn its own workers), and there is at least one.
+- every documented launch command of the script (model/launch.py) that
+  names a process count runs one process (`--nproc_per_node=1`,
+  `--num_gpus 1`), and there is at least one.
 
 An undocumented process count (`--nproc_per_node=$NGPU`) is not one process.
+A plain `python train.py` is not evidence either way: it is how a script that
+works on one GPU is run today, and moving it to several is what the user is
+about to do (a script whose group starts only when WORLD_SIZE > 1, documented
+with `python main.py`, still runs as several ranks under torchrun).
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import re
 
 import libcst as cst
 
-from ddpcheck.model.distributed import is_init_call, starts_own_workers
+from ddpcheck.model.distributed import is_init_call
 from ddpcheck.model.launch import PYTHON, launch_commands
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import ScriptModel
@@ -44,13 +48,9 @@ def one_process(model: ScriptModel) -> str | None:
         inits = [c for c in model.calls if is_init_call(model, c)]
         if inits and all(_literal_one(c.arg("world_size", 3)) for c in inits):
             return "its process group is started with `world_size=1`"
-    commands = launch_commands(model)
-    if not commands:
+    commands = [c for c in launch_commands(model) if c.launcher != PYTHON]
+    if not commands or any(c.processes != 1 for c in commands):
         return None
-    spawns = starts_own_workers(model)
-    for c in commands:
-        if c.processes != 1 or (c.launcher == PYTHON and spawns):
-            return None
     return f"every documented launch runs one process ({commands[0].where}: `{commands[0].text}`)"
 
 

@@ -106,3 +106,15 @@ def test_group_of_one_and_spawning_scripts(tmp_path):
     write(tmp_path / "README.md", "python spawner.py\n")
     write(tmp_path / "LICENSE", "")
     assert one_process(model_of(path, spawn)) is None   # a plain `python x.py` that spawns its workers
+
+
+def test_a_plain_python_launch_is_the_one_gpu_run_not_a_group_of_one(tmp_path):
+    # the group starts only under a launcher (WORLD_SIZE > 1); the README shows the one-GPU run
+    code = ("import os\nimport torch.distributed as dist\n"
+            "if int(os.environ.get('WORLD_SIZE', 1)) > 1:\n    dist.init_process_group('nccl')\n")
+    path = write(tmp_path / "main.py", code)
+    write(tmp_path / "LICENSE", "")
+    write(tmp_path / "test.sh", "python main.py --cfg ./config/test.yaml\n")
+    assert one_process(model_of(path, code)) is None
+    write(tmp_path / "train.sh", "python -m torch.distributed.launch --nproc_per_node=1 main.py\n")
+    assert "one process" in one_process(model_of(path, code))   # an explicit count of one still is
