@@ -21,7 +21,9 @@ COLUMNS=100 and no colour. The lines up to the next `$ ` are the expected
 output; an optional last line `(exit N)` is compared with the exit status.
 Comparison is on words, so re-wrapped lines and re-aligned table columns do
 not count: box-drawn tables are read back cell by cell, timings (`3.1 s`,
-`7.6 ms`, `1.07 GB/s`) and temp folder names are normalised, and a `...`
+`7.6 ms`, `1.07 GB/s`), the tenths of memory sizes (`16.2 KiB`: a CPU training step's
+measured peak moves by a few bytes from run to run)
+and temp folder names are normalised, and a `...`
 line (or word) in the expected output stands for any text.
 
 `python tests/doc_snippets.py [FILE...]` checks from the command line;
@@ -48,6 +50,7 @@ _FENCE = re.compile(r"^```(?P<lang>[\w-]*)[ \t]*\n(?P<code>.*?)^```[ \t]*$", re.
 _EXIT = re.compile(r"^\(exit (\d+)\)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _TIME = re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|s|GB/s|MB/s|GiB/s|MiB/s)(?![\w/])")
+_SIZE_TENTHS = re.compile(r"\b(\d+)\.\d\s?(KiB|MiB|GiB)\b")
 _TEMP = re.compile(r"/tmp/ddpcheck-[\w.-]+")
 _BOX_ROW = "│┃"
 _BOX_RULE = re.compile(r"^[┌├└╞╘╒┏┣┗][─━┬┼┴╪═┳╋┻┐┤┘╡╛╕┓┫┛]+$")
@@ -195,6 +198,7 @@ def normalise(text: str, tmp: str | None = None) -> list[str]:
         text = text.replace(tmp + os.sep, "").replace(tmp, ".")
     text = _TEMP.sub("<temp>", text)
     text = _TIME.sub("<time>", text)
+    text = _SIZE_TENTHS.sub(r"\1.x \2", text)
     words: list[str] = []
     table: list[str] = []
     for line in text.splitlines():

@@ -44,6 +44,9 @@ def test_timings_and_temp_folders_are_normalised():
     assert output_matches(["done (3.1 s), 7.6 ms, 1.07 GB/s", "logs: /tmp/ddpcheck-preflight-abc/logs"],
                           "done (12.0 s), 0.4 ms, 20.5 GB/s\nlogs: /tmp/ddpcheck-preflight-x_9/logs")
     assert not output_matches(["8607 samples"], "8608 samples")
+    assert output_matches(["peak 16.2 KiB in one step"], "peak 16.3 KiB in one step")
+    assert not output_matches(["peak 16.2 KiB in one step"], "peak 17.2 KiB in one step")
+    assert not output_matches(["peak 16.2 KiB in one step"], "peak 16.2 MiB in one step")
 
 
 def test_a_changed_word_fails():
