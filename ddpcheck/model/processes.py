@@ -10,6 +10,8 @@ shows one process:
 
 - every process group it starts is given the literal `world_size=1` (a
   positional 1 is not looked for); or
+- it starts no group of its own and every Lightning `Fabric` / `Trainer` it
+  builds is given the literal `devices=1` (with no `num_nodes`); or
 - every documented launch command of the script (model/launch.py) that
   names a process count runs one process (`--nproc_per_node=1`,
   `--num_gpus 1`), and there is at least one.
@@ -28,16 +30,30 @@ import re
 import libcst as cst
 
 from ddpcheck.model.distributed import is_init_call
+from ddpcheck.model.flow import called_qual
 from ddpcheck.model.launch import PYTHON, launch_commands
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import ScriptModel
 
 
 _WORLD_OF_ONE = re.compile(r"world_size\s*=\s*1\b")
+_ONE_DEVICE = re.compile(r"devices\s*=\s*1\b")
+# Lightning's launchers: the processes they start are the `devices` argument's count per node
+_LIGHTNING = (("lightning.", "Fabric"), ("lightning.", "Trainer"), ("pytorch_lightning.", "Trainer"))
 
 
 def _literal_one(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Integer) and expr.evaluated_value == 1
+
+
+def _lightning_on_one_device(model: ScriptModel) -> bool:
+    if any(is_init_call(model, c) for c in model.calls):
+        return False
+    built = [c for c in model.calls
+             if any((called_qual(model, c) or "").startswith(prefix) and (called_qual(model, c) or "").endswith(name)
+                    for prefix, name in _LIGHTNING)]
+    return bool(built) and all(_literal_one(c.arg("devices")) and c.arg("num_nodes") is None
+                               and not c.has_star_args for c in built)
 
 
 @query(on_cycle=None)
@@ -48,6 +64,8 @@ def one_process(model: ScriptModel) -> str | None:
         inits = [c for c in model.calls if is_init_call(model, c)]
         if inits and all(_literal_one(c.arg("world_size", 3)) for c in inits):
             return "its process group is started with `world_size=1`"
+    if _ONE_DEVICE.search(model.text) and _lightning_on_one_device(model):
+        return "Lightning is given `devices=1`: it starts one process"
     commands = [c for c in launch_commands(model) if c.launcher != PYTHON]
     if not commands or any(c.processes != 1 for c in commands):
         return None

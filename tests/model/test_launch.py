@@ -118,3 +118,16 @@ def test_a_plain_python_launch_is_the_one_gpu_run_not_a_group_of_one(tmp_path):
     assert one_process(model_of(path, code)) is None
     write(tmp_path / "train.sh", "python -m torch.distributed.launch --nproc_per_node=1 main.py\n")
     assert "one process" in one_process(model_of(path, code))   # an explicit count of one still is
+
+
+def test_lightning_given_one_device_starts_one_process(tmp_path):
+    one = ("import lightning as L\n"
+           "fabric = L.Fabric(accelerator='auto', devices=1)\nfabric.launch()\n")
+    assert "devices=1" in one_process(model_of(tmp_path / "a.py", one))
+    many = one.replace("devices=1", "devices=4")
+    assert one_process(model_of(tmp_path / "b.py", many)) is None
+    nodes = one.replace("devices=1", "devices=1, num_nodes=2")
+    assert one_process(model_of(tmp_path / "c.py", nodes)) is None
+    trainer = ("from pytorch_lightning import Trainer\n"
+               "Trainer(devices=1).fit(model)\nTrainer(devices=2).fit(model)\n")
+    assert one_process(model_of(tmp_path / "d.py", trainer)) is None   # one of them runs two
