@@ -74,9 +74,13 @@ def rule_hits(text: str, path: str, settings: LintSettings, project: Project | N
     if project is None:
         project = project_for(settings)
     model = project.build(path, module, text)
-    kind = file_kind(model, settings)
     hits = []
     crashed = []
+    try:
+        kind = file_kind(model, settings)
+    except TooComplex:
+        # what the file is is unknown within the file's budget: no rule can judge it
+        return RuleRun(module=module, located=(), crashed=(), helpers=project.helpers_read(path))
     single = None   # asked only when a rule needs two ranks or more
     for code in sorted(settings.enabled):
         rule_cls = REGISTRY.get(code)
@@ -84,7 +88,10 @@ def rule_hits(text: str, path: str, settings: LintSettings, project: Project | N
             continue
         if rule_cls.needs_ranks:
             if single is None:
-                single = one_process(model) is not None
+                try:
+                    single = one_process(model) is not None
+                except TooComplex:
+                    single = True   # unknown whether it runs on several ranks: such rules say nothing
             if single:
                 continue
         rule = rule_cls()

@@ -1242,6 +1242,9 @@ _BINDING: set = set()
 
 
 def _substitute_atom(atom, replace) -> Value:
+    # each step is work the budget counts: a value rebuilt through a cycle of
+    # calls can grow (one level deeper, twice the atoms) every round
+    _model_of(atom).project.memo.charge()
     if isinstance(atom, Param):
         found = replace(atom)
         return found if found is not None else just(atom)
@@ -1284,7 +1287,8 @@ def _substitute_atom(atom, replace) -> Value:
 
 
 def _model_of(atom) -> ScriptModel:
-    """The file a projection (`Member`, `Item`) was read in: its parameter's."""
+    """The file a symbolic atom was read in: a projection's (`Member`, `Item`)
+    is its parameter's."""
     while isinstance(atom, (Member, Item)):
         atom = atom.receiver
     return atom.model   # a projection is only substituted when it reads from a Param, which has one

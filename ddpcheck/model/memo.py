@@ -22,11 +22,19 @@ provisional answer of the cycle is kept for good. Answers grow with each
 round (sets of objects, sets of worlds), so a few rounds reach the fixed
 point; a cycle still changing after `MAX_ROUNDS` rounds answers `on_cycle`.
 
-A budget bounds the work of one question: past `Memo.budget` evaluations
-below one outermost question, or a chain of questions deeper than Python's
-stack allows, the question is unknown and its asker gets `TooComplex`.
-Answers completed on the way are kept (they are right); the ones in progress
-are not. Unknown stays unknown: a rule never reports from it.
+A budget bounds the work done for one linted file: every evaluation of a
+question costs a unit, and so does each step of the work a question does
+outside the memo that can grow with the answers it reads (rebuilding a
+value for a call's arguments: `Memo.charge`). The budget starts afresh when
+the run builds the model of a file it lints (`Memo.new_budget`, from
+Project.build), so all the questions the rules ask of one file share it, and
+a cycle whose answers keep growing (a value rebuilt one level deeper every
+round) is cut after a bounded amount of work whatever its shape. Past
+`Memo.budget` units, or for a chain of questions deeper than Python's stack,
+the question in progress is unknown and its asker gets `TooComplex`; so does
+every later question of that file that is not already answered. Answers
+completed on the way are kept (they are right); the ones in progress are
+not. Unknown stays unknown: a rule never reports from it.
 """
 
 from __future__ import annotations
@@ -39,9 +47,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 _NOT_CUT = 1 << 62   # a frame that depended on no question in progress
 _MISSING = object()
 
-# Evaluations one outermost question may take before it is answered
-# "unknown". Real training code needs a few thousand; the limit is there for
-# the pathological (a value flowing through thousands of wrappers).
+# Units of work (evaluations and charged steps) the questions about one
+# linted file may take before they are answered "unknown". Real training code
+# needs a few thousand; the limit is there for the pathological (a value
+# flowing through thousands of wrappers, a cycle rebuilding a value one level
+# deeper every round).
 DEFAULT_BUDGET = 200_000
 # Rounds a cycle's head may take before its answer is declared unknown.
 MAX_ROUNDS = 8
@@ -73,8 +83,8 @@ class _Frame:
 class Memo:
     """The questions in progress for one run, across every model of it (a
     cycle can run through several files: a helper in utils.py calling back
-    into train.py), their provisional answers, and the budget of the
-    outermost one."""
+    into train.py), their provisional answers, and the budget of the file
+    being linted."""
 
     def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
         self.budget = budget
@@ -84,8 +94,22 @@ class Memo:
         # (answer, the depth it depends on, model, key); and per depth the keys depending on it
         self.provisional: dict[tuple, tuple] = {}
         self.pending: dict[int, list[tuple]] = {}
-        self.spent = 0                       # evaluations below the outermost frame
+        self.spent = 0                       # units of work since the budget was started
         self.evaluations = 0                 # all evaluations of the run (for profiles and tests)
+
+    def new_budget(self) -> None:
+        """Start a fresh budget: the questions asked from now on (those about
+        the next file linted) may take `budget` units between them."""
+        self.spent = 0
+
+    def charge(self, units: int = 1) -> None:
+        """Count `units` of work done for the question in progress outside the
+        memo; past the budget the question is unknown (TooComplex to its asker)."""
+        self.spent += units
+        if self.spent > self.budget:
+            if self.stack:
+                raise OverBudget     # unwound by the outermost question, which raises TooComplex
+            raise TooComplex(OverBudget.__name__)
 
     def ask(self, func, model, args: tuple, kwargs: dict, key: tuple, on_cycle: Any) -> Any:
         active_key = (id(model), key)
@@ -108,8 +132,6 @@ class Memo:
                 stack[-1].depends_on = dep
             return answer
         outermost = not stack
-        if outermost:
-            self.spent = 0
         frame = _Frame(len(stack), on_cycle)
         stack.append(frame)
         self.active[active_key] = frame.depth

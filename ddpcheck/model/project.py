@@ -89,7 +89,9 @@ class Project:
 
     # -- models -------------------------------------------------------------------
     def build(self, path: str, module: cst.Module, text: str | None = None) -> ScriptModel:
-        """The model of a file being linted (its text as given: stdin, an edited buffer)."""
+        """The model of a file being linted (its text as given: stdin, an edited
+        buffer). The questions asked about it share a fresh budget (model/memo.py)."""
+        self.memo.new_budget()
         return build_model(path, module, self, text)
 
     def _stamped(self, cache: dict, key: str, compute):

@@ -128,3 +128,40 @@ def test_two_runs_never_share_answers_or_questions_in_progress():
     assert reaches_sink(b, "a") is False
     assert one.memo.stack == [] and two.memo.stack == []
     assert one.memo.evaluations == 2 and two.memo.evaluations == 1
+
+
+@query
+def costly(model, node):
+    """An answer whose work outside the memo (rebuilding a value) is charged."""
+    model.project.memo.charge(40)
+    return node
+
+
+def test_work_charged_outside_the_memo_counts_against_the_budget():
+    m = FakeModel({}, FakeProject(budget=100))
+    assert costly(m, 1) == 1 and costly(m, 2) == 2    # 2 evaluations + 80 units charged
+    with pytest.raises(TooComplex):
+        costly(m, 3)                                  # 123 units > 100: unknown, not kept
+    assert (costly.__wrapped__, (3,), ()) not in m.answers
+    assert costly(m, 1) == 1                          # answered before: still known
+
+
+def test_the_budget_is_shared_by_every_question_about_a_file_until_a_new_one_starts():
+    # each question alone fits the budget; together they do not, so a file
+    # with many questions cannot take more than the budget between them
+    chain = {i: [i + 1] for i in range(30)}
+    m = FakeModel(chain, FakeProject(budget=40))
+    assert reaches_sink(m, 15) is False               # 16 evaluations
+    assert reaches_sink(m, 5) is False                # 10 more (15.. answered)
+    other = FakeModel({i: [i + 1] for i in range(30)}, m.project)
+    with pytest.raises(TooComplex):
+        reaches_sink(other, 0)                        # 31 more: past 40
+    m.project.memo.new_budget()                       # the next file linted
+    assert reaches_sink(other, 0) is False
+
+
+def test_charging_outside_any_question_past_the_budget_is_unknown_too():
+    memo = Memo(budget=5)
+    memo.charge(5)
+    with pytest.raises(TooComplex):
+        memo.charge()
