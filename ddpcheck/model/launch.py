@@ -451,6 +451,14 @@ def launch_commands(model) -> tuple[LaunchCommand, ...]:
     return tuple(_commands_for_file(model, path, model.text, path))
 
 
+def through_launchers(commands: "tuple[LaunchCommand, ...]") -> tuple[LaunchCommand, ...]:
+    """The commands that start the script through a launcher (torchrun,
+    deepspeed, srun, ...). A plain `python train.py` is the one-GPU run a
+    script is moving away from: it says neither how many processes its
+    multi-GPU run starts nor how their ranks reach them."""
+    return tuple(c for c in commands if c.launcher != PYTHON)
+
+
 @dataclass(frozen=True)
 class OptionUser:
     """A script that imports a module of command-line options."""
@@ -500,6 +508,6 @@ def option_module_users(model) -> tuple[OptionUser, ...]:
     return tuple(users)
 
 
-__all__ = ["LaunchCommand", "LaunchDocs", "commands_in_text", "commands_in_script", "search_root", "launch_commands",
+__all__ = ["LaunchCommand", "LaunchDocs", "commands_in_text", "commands_in_script", "search_root", "launch_commands", "through_launchers",
            "submitit_launchers", "option_module_users", "OptionUser", "TORCHRUN", "TORCH_LAUNCH", "DEEPSPEED", "ACCELERATE", "SLURM", "MPI",
            "SUBMITIT", "PYTHON"]

@@ -31,7 +31,7 @@ import libcst as cst
 
 from ddpcheck.model.distributed import is_init_call
 from ddpcheck.model.flow import called_qual
-from ddpcheck.model.launch import PYTHON, launch_commands
+from ddpcheck.model.launch import launch_commands, through_launchers
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import ScriptModel
 
@@ -66,7 +66,7 @@ def one_process(model: ScriptModel) -> str | None:
             return "its process group is started with `world_size=1`"
     if _ONE_DEVICE.search(model.text) and _lightning_on_one_device(model):
         return "Lightning is given `devices=1`: it starts one process"
-    commands = [c for c in launch_commands(model) if c.launcher != PYTHON]
+    commands = through_launchers(launch_commands(model))
     if not commands or any(c.processes != 1 for c in commands):
         return None
     return f"every documented launch runs one process ({commands[0].where}: `{commands[0].text}`)"

@@ -8,7 +8,7 @@ from ddpcheck.model.arguments import options
 from ddpcheck.model.distributed import starts_own_workers
 from ddpcheck.model.env import env_reads
 from ddpcheck.model.filekind import has_main_guard
-from ddpcheck.model.launch import LaunchCommand, launch_commands, option_module_users
+from ddpcheck.model.launch import LaunchCommand, launch_commands, option_module_users, through_launchers
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import local_rank_edit
@@ -86,7 +86,7 @@ class LocalRankArg(Rule):
         if _options_module(model):
             yield from self._options_module(model, underscore)
             return
-        commands = launch_commands(model)
+        commands = through_launchers(launch_commands(model))
         breaking = [c for c in commands if c.rank_argument == "--local-rank"]
         if breaking:
             # the script's own documented command cannot start it on today's torch
@@ -96,7 +96,7 @@ class LocalRankArg(Rule):
             return
         if commands or _uses_deepspeed(model):
             # every documented launcher passes `--local_rank` (deepspeed) or no rank argument
-            # (torchrun, accelerate launch, srun, submitit, plain python): the spelling is right for
+            # (torchrun, accelerate launch, srun, submitit): the spelling is right for
             # them; what is left is an option read instead of LOCAL_RANK under a launcher that sets it
             yield from self._read_without_env(model, underscore, commands)
             return
@@ -155,8 +155,9 @@ class LocalRankArg(Rule):
             if user_model is not None and (reads_local_rank_env(user_model) or _known_args_only(user_model)
                                            or starts_own_workers(user_model)):
                 continue   # LOCAL_RANK read by a helper it calls; unknown options set aside; no launcher
-            breaking = [c for c in user.commands if c.rank_argument == "--local-rank"]
-            silent = [c for c in user.commands if c.sets_local_rank_env]
+            commands = through_launchers(user.commands)
+            breaking = [c for c in commands if c.rank_argument == "--local-rank"]
+            silent = [c for c in commands if c.sets_local_rank_env]
             hits = []
             for o in underscore:
                 read = (_option_read(user_model, o.dest) if user_model is not None
@@ -172,7 +173,7 @@ class LocalRankArg(Rule):
                         f"rank argument: `{o.dest}` stays `{default}` on every process, so every rank picks "
                         f"the same GPU (or the script does not go distributed); {LAUNCHERS}"
                     ), edit=local_rank_edit(o.site)))
-                elif not user.commands and read and user_model is not None and has_main_guard(user_model):
+                elif not commands and read and user_model is not None and has_main_guard(user_model):
                     # a script with no documented launch: the option's spelling is the only way in, as
                     # when it is declared in the script (a module importing the options is judged by
                     # its own importers' launchers, which are not followed: unknown)
