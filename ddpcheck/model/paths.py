@@ -12,7 +12,7 @@ import libcst as cst
 
 from ddpcheck.model.flow import bindings_seen, resolve_call
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.reads import reads
+from ddpcheck.model.reads import STRING_LITERALS, literal_text, reads
 from ddpcheck.model.script import FunctionInfo, ScriptModel
 
 PER_RANK = re.compile(r"rank|process_index|gpu_id|local_gpu")
@@ -42,13 +42,10 @@ def path_parts(model: ScriptModel, target: cst.BaseExpression) -> tuple[str, ...
         if id(node) in seen or isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
         seen.add(id(node))
-        if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
-            value = node.evaluated_value
-            if isinstance(value, str):
-                found.append(value)
-            continue
-        if isinstance(node, cst.FormattedStringText):
-            found.append(node.value)
+        if isinstance(node, STRING_LITERALS):
+            text = literal_text(node)
+            if text is not None:
+                found.append(text)
             continue
         if isinstance(node, cst.IfExp):
             stack += [node.body, node.orelse]

@@ -133,6 +133,18 @@ def _compute(model, expr: cst.CSTNode) -> frozenset[str]:
     return frozenset(names)
 
 
+# a string literal, or the literal part of an f-string
+STRING_LITERALS = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedStringText)
+
+
+def literal_text(node: cst.CSTNode) -> str | None:
+    """The text a string literal node stands for; None for bytes."""
+    if isinstance(node, cst.FormattedStringText):
+        return node.value
+    value = node.evaluated_value
+    return value if isinstance(value, str) else None
+
+
 def strings_in(expr: cst.CSTNode | None) -> tuple[str, ...]:
     """The text of the string literals inside an expression (`"best.pth"` in
     `os.path.join(out_dir, "best.pth")`; the literal parts of an f-string)."""
@@ -140,13 +152,10 @@ def strings_in(expr: cst.CSTNode | None) -> tuple[str, ...]:
     stack = [expr] if expr is not None else []
     while stack:
         node = stack.pop()
-        if isinstance(node, (cst.SimpleString, cst.ConcatenatedString)):
-            value = node.evaluated_value
-            if isinstance(value, str):
-                found.append(value)
-            continue
-        if isinstance(node, cst.FormattedStringText):
-            found.append(node.value)
+        if isinstance(node, STRING_LITERALS):
+            text = literal_text(node)
+            if text is not None:
+                found.append(text)
             continue
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
