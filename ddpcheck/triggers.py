@@ -3,10 +3,14 @@ prefilter built from those declarations.
 
 A rule declares `triggers = (Trigger(...), ...)`: a file can only hold what
 it looks for when it contains one word of every group of one of its
-triggers (and, when given, matches the trigger's regular expression). The
-prefilter of a run is the union of the enabled rules' triggers: a file none
-of them matches is never parsed. Plain `in` scans for the words go first (at
-memchr speed), the regular expressions only confirm.
+triggers (and, when given, matches the trigger's regular expression). A
+lint run parses a file when the trigger of one rule matches it, whichever
+rules it enables (lint/engine.py: worth_analysing): a rule can still fire in
+a file without its own words (what it looks for reached through a helper
+module), and its findings must not depend on which other rules were
+selected with it. `Prefilter(codes)` is the union of the triggers of
+`codes`. Plain `in` scans for the words go first (at memchr speed), the
+regular expressions only confirm.
 
 The prefilter reads the declarations from the rule modules' source with
 Python's own parser, without importing them: importing the rules imports

@@ -1,15 +1,20 @@
 """The prefilter is built from the rules' declared trigger words
 (ddpcheck/triggers.py): what it reads from the rule modules' source is what
 each rule class declares, every rule that can fire declares something, and a
-file passes exactly when one enabled rule's trigger matches it."""
+`Prefilter(codes)` is exactly the union of `codes`' triggers; lint opens a
+file when any rule's trigger matches it, so that what one rule reports does
+not depend on which other rules were selected with it."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
 
-from ddpcheck.lint.engine import might_have_findings
+from pathlib import Path
+
+from ddpcheck.lint.engine import lint_path, might_have_findings, worth_analysing
 from ddpcheck.rules import REGISTRY
+from ddpcheck.settings import LintSettings
 from ddpcheck.triggers import COLLECTIVE_UNDER_RANK, LIBRARY_TRAINER, USES_DISTRIBUTED, declared
 
 
@@ -47,3 +52,62 @@ def test_reading_the_declarations_does_not_import_libcst():
             "might_have_findings('dist.init_process_group()')\nprint('libcst' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+# A script whose process group is started by a helper module: the script
+# itself only names `get_rank()` and `barrier()` (the words of the hang rules),
+# none of the words of the unguarded-save rule, which still finds its save.
+GROUP_STARTER = """\
+import torch
+
+
+def start():
+    torch.distributed.init_process_group(backend="nccl")
+"""
+
+SAVES_ON_EVERY_RANK = """\
+import torch
+
+from launch import start
+
+
+def report_memory():
+    print("rank", torch.distributed.get_rank(), torch.cuda.memory_allocated())
+    torch.distributed.barrier()
+
+
+def main(path):
+    start()
+    report_memory()
+    torch.save({"weights": torch.zeros(3)}, path)
+
+
+if __name__ == "__main__":
+    main("ground_truth.pt")
+"""
+
+
+def test_a_rules_findings_do_not_depend_on_the_rules_selected_with_it(tmp_path: Path):
+    (tmp_path / "launch.py").write_text(GROUP_STARTER)
+    script = tmp_path / "train.py"
+    script.write_text(SAVES_ON_EVERY_RANK)
+    assert not any(t.matches(SAVES_ON_EVERY_RANK) for t in declared()["DDP301"])
+    every_rule = frozenset(code for code in declared() if not code.startswith("DDP9"))
+
+    def saves(enabled):
+        result = lint_path(str(script), LintSettings(enabled=frozenset(enabled)))
+        assert result.error is None
+        return [(f.line, f.message) for f in result.findings if f.code == "DDP301"]
+
+    alone = saves({"DDP301"})
+    assert alone and alone[0][0] == 14
+    assert saves(every_rule) == alone
+    assert saves({"DDP301", "DDP401"}) == alone
+
+
+def test_only_the_noqa_check_opens_nothing():
+    ddp = "import torch.distributed as dist\ndist.init_process_group('nccl')\n"
+    assert not worth_analysing(ddp, frozenset({"DDP001"}))
+    assert not worth_analysing(ddp, frozenset())
+    assert worth_analysing(ddp, frozenset({"DDP001", "DDP101"}))
+    assert not worth_analysing("import torch\nx = torch.zeros(3)\n", frozenset({"DDP101"}))

@@ -13,14 +13,14 @@ from ddpcheck.findings import ErrorKind, FileError, FileResult, Finding, SourceE
 from ddpcheck.parse.source import read_source
 from ddpcheck.parse.syntax import check_syntax
 from ddpcheck.settings import LintSettings
-from ddpcheck.triggers import Prefilter, declared
+from ddpcheck.triggers import USES_DISTRIBUTED, Prefilter, declared
 
 if TYPE_CHECKING:  # pragma: no cover
     from ddpcheck.model.project import Project
 
 
 # A file can only contain a DDP pitfall if it holds the words one of the
-# enabled rules declares it needs (ddpcheck/triggers.py): plain word scans,
+# rules declares it needs (ddpcheck/triggers.py): plain word scans,
 # confirmed by a regular expression, so the large majority of a big repo,
 # which never touches distributed training, costs almost nothing.
 @functools.lru_cache(maxsize=8)
@@ -32,6 +32,21 @@ def prefilter_for(codes: frozenset[str]) -> Prefilter:
 def might_have_findings(text: str, codes=None) -> bool:
     """`text` contains what some rule of `codes` (all rules when None) needs to fire."""
     return prefilter_for(frozenset(declared() if codes is None else codes))(text)
+
+
+def worth_analysing(text: str, enabled: frozenset[str]) -> bool:
+    """Whether a lint run that enables `enabled` must parse and model `text`:
+    one of them analyses the model (all but the `# noqa` check) and the
+    trigger of some rule, enabled or not, matches the text. Not the enabled
+    rules' triggers alone: a rule can fire in a file that holds none of its
+    own words (a save on every rank in a script whose process group is
+    started by a helper module, the script itself naming only `get_rank()`
+    and `barrier()`), and a rule's findings must not depend on which other
+    rules were selected with it."""
+    known = declared()
+    if not any(known.get(code, (USES_DISTRIBUTED,)) for code in enabled):
+        return False
+    return might_have_findings(text, frozenset(known) | enabled)
 
 
 class Projects:
@@ -74,7 +89,7 @@ def lint_text(text: str, path: str, settings: LintSettings, named: bool = False,
     """All findings for one source text (a file, or stdin under
     --stdin-filename), sorted, `# noqa` applied; the problem with the text,
     if any, as a typed error."""
-    wanted = bool(settings.enabled) and might_have_findings(text, settings.enabled)
+    wanted = worth_analysing(text, settings.enabled)
     if not wanted and not named:
         return _noqa_only(text, path, settings)
     try:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.findings import FileResult, Finding, SourceError
-from ddpcheck.lint.engine import lint_text, might_have_findings
+from ddpcheck.lint.engine import lint_text, worth_analysing
 from ddpcheck.rules.base import AddArg, Edit, InsertAfter, InsertAtBodyStart, MoveBefore, RemoveArg, ReplaceExpr
 from ddpcheck.settings import LintSettings
 
@@ -46,7 +46,7 @@ def fix_text(text: str, path: str, settings: LintSettings, unsafe: bool = False)
     current = text
     applied: list[Finding] = []
     for _ in range(MAX_ROUNDS):
-        if not settings.enabled or not might_have_findings(current, settings.enabled):
+        if not worth_analysing(current, settings.enabled):
             break
         try:
             run = rule_hits(current, path, settings)
