@@ -32,6 +32,7 @@ from ddpcheck.preflight.options import (
     check_bandwidth_size,
     check_capacity,
     check_combinations,
+    launch_environment,
     model_spec,
 )
 
@@ -214,14 +215,11 @@ def preflight(steps, nodes, script_args, **kwargs) -> None:
 def check_usage(opts: PreflightOptions) -> None:
     """Everything about the factory mode's options that needs no torch."""
     check_combinations(opts)
-    from ddpcheck.preflight import envdetect
-
-    try:
-        launched = envdetect.detect_launched()
-    except envdetect.LaunchEnvError as exc:
-        fail(str(exc))
+    launched = launch_environment()
     if opts.data_parallel:
         return  # one process, nothing launched: --gpus only feeds the arithmetic
+    from ddpcheck.preflight import envdetect
+
     if launched is None:
         check_capacity(opts.gpus)
         check_bandwidth_size(opts.bandwidth_size, opts.gpus)
@@ -442,12 +440,7 @@ def run_preflight(opts: PreflightOptions, box=None, deadline=None) -> int:
     the ranks must have finished (``time.time()``)."""
     t0 = time.time()
     check_combinations(opts)
-    from ddpcheck.preflight import envdetect
-
-    try:
-        launched = envdetect.detect_launched()
-    except envdetect.LaunchEnvError as exc:
-        fail(str(exc))
+    launched = launch_environment()
     if opts.data_parallel:
         if launched is not None:
             fail("--data-parallel is one process driving every GPU: run it without torchrun/srun")

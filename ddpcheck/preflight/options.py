@@ -20,11 +20,21 @@ from typing import Optional, Protocol
 import click
 
 from ddpcheck.errors import fail
+from ddpcheck.preflight.envdetect import LaunchedEnv, LaunchEnvError, detect_launched
 from ddpcheck.preflight.modelspec import SpecError, parse_input_shape, split_ref
 from ddpcheck.preflight.units import parse_size
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
 AMP_MODES = ("bf16", "fp16")
+
+
+def launch_environment() -> Optional[LaunchedEnv]:
+    """The torchrun / srun environment the preflight was started in (None: the
+    preflight starts the ranks itself); a malformed one is a one-line usage error."""
+    try:
+        return detect_launched()
+    except LaunchEnvError as exc:
+        fail(str(exc))
 
 
 def _without_option(exc: Exception) -> str:

@@ -17,7 +17,7 @@ from typing import Optional
 import click
 
 from ddpcheck.errors import fail
-from ddpcheck.preflight.options import PreflightOptions
+from ddpcheck.preflight.options import PreflightOptions, launch_environment
 
 # what script mode reads from the script itself; these factory-mode options may only
 # keep their defaults (--gpus, --backend, --timeout, --format apply to both modes)
@@ -47,7 +47,6 @@ def check_script_usage(opts: PreflightOptions, script_args: list[str]) -> Option
     if given:
         fail(f"{given[0]} is for the factory mode; with -- SCRIPT the preflight reads "
              f"sizes, batches, the model and its training step from the script itself")
-    from ddpcheck.preflight import envdetect
     from ddpcheck.preflight.options import check_capacity
     from ddpcheck.preflight.script.launch import TargetError, resolve_target
 
@@ -60,10 +59,7 @@ def check_script_usage(opts: PreflightOptions, script_args: list[str]) -> Option
             folder = resolve_target(list(script_args)).folder
         except TargetError as exc:
             fail(str(exc))
-    try:
-        launched = envdetect.detect_launched()
-    except envdetect.LaunchEnvError as exc:
-        fail(str(exc))
+    launched = launch_environment()
     if launched is None:
         check_capacity(opts.gpus)
     return folder
@@ -131,17 +127,13 @@ def _setup(opts: PreflightOptions, steps: Optional[int], script_args: list,
     if given:
         fail(f"{given[0]} is for the factory mode; with -- SCRIPT the preflight reads "
              f"sizes, batches, the model and its training step from the script itself")
-    from ddpcheck.preflight import envdetect
     from ddpcheck.preflight.script.launch import TargetError, resolve_target
 
     try:
         target = resolve_target(list(script_args))
     except TargetError as exc:
         fail(str(exc))
-    try:
-        launched = envdetect.detect_launched()
-    except envdetect.LaunchEnvError as exc:
-        fail(str(exc))
+    launched = launch_environment()
     try:
         import torch.distributed as dist
     except ImportError:
