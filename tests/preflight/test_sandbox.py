@@ -81,6 +81,21 @@ def _env(**extra) -> tuple[dict, str]:
     return env, marker
 
 
+def _factory_project(short_tmp, module: str, source: str | None = None):
+    """``project/`` holding the factory module ``module.py`` (``source``, or the probe of
+    that name), ``tmp/`` as TMPDIR, and the module importable: ``(project, env, marker)``."""
+    project, tmp = short_tmp / "project", short_tmp / "tmp"
+    project.mkdir()
+    tmp.mkdir()
+    if source is None:
+        shutil.copy(PROBES / f"{module}.py", project)
+    else:
+        (project / f"{module}.py").write_text(source)
+    env, marker = _env(TMPDIR=str(tmp))
+    env["PYTHONPATH"] = f"{project}{os.pathsep}{REPO}"
+    return project, env, marker
+
+
 def _preflight(args, cwd, env, timeout=180, python=sys.executable):
     """The real command, as a user runs it; ``(process, seconds)``."""
     start = time.monotonic()
@@ -278,18 +293,13 @@ def test_without_any_sandbox_it_refuses_unless_told(tmp_path, monkeypatch):
 def test_factory_mode_runs_in_the_sandbox_too(short_tmp):
     """A model factory that saves a checkpoint (and a module that writes when imported)
     changes nothing of the user's; the report lists both."""
-    project, tmp = short_tmp / "project", short_tmp / "tmp"
-    project.mkdir()
-    tmp.mkdir()
-    (project / "ckptfactory.py").write_text(
+    project, env, marker = _factory_project(short_tmp, "ckptfactory", (
         "import torch\n"
         "torch.save({'at': 'import'}, 'imported.pt')\n"
         "def build():\n"
         "    model = torch.nn.Linear(3, 2)\n"
         "    torch.save(model.state_dict(), 'factory.pt')\n"
-        "    return model\n")
-    env, marker = _env(TMPDIR=str(tmp))
-    env["PYTHONPATH"] = f"{project}{os.pathsep}{REPO}"
+        "    return model\n"))
     before = snapshot(short_tmp)
     proc, _ = _preflight(["--gpus", "2", "--model", "ckptfactory:build", "--input-shape", "3",
                           "--format", "json"], project, env)
@@ -303,7 +313,7 @@ def test_factory_mode_runs_in_the_sandbox_too(short_tmp):
     assert {w["kind"] for w in rows["factory.pt"]} == {"torch.save"}
     # imported once, by the launcher, before the ranks were forked: no rank wrote it
     assert [w["rank"] for w in rows["imported.pt"]] == [None]
-    _assert_nothing_left(marker, tmp)
+    _assert_nothing_left(marker, short_tmp / "tmp")
 
 
 # -- every run ends in time, with the right rank named ------------------------------------------
@@ -366,16 +376,11 @@ def test_a_deadlocked_dataloader_is_killed_at_the_timeout_with_its_workers(short
 def test_a_launcher_stuck_outside_the_ranks_is_killed_by_the_supervisor(short_tmp):
     """The model's module never finishes importing in the sandbox's launcher process:
     no watchdog of its own can end that; the supervisor kills the whole sandbox."""
-    project, tmp = short_tmp / "project", short_tmp / "tmp"
-    project.mkdir()
-    tmp.mkdir()
-    (project / "stuck_import.py").write_text(
+    project, env, marker = _factory_project(short_tmp, "stuck_import", (
         "import signal, time\n"
         "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "time.sleep(3600)\n"
-        "def build():\n    pass\n")
-    env, marker = _env(TMPDIR=str(tmp))
-    env["PYTHONPATH"] = f"{project}{os.pathsep}{REPO}"
+        "def build():\n    pass\n"))
     proc, seconds = _preflight(["--gpus", "2", "--timeout", "6", "--format", "json",
                                 "--model", "stuck_import:build", "--input-shape", "3"],
                                project, env)
@@ -384,7 +389,7 @@ def test_a_launcher_stuck_outside_the_ranks_is_killed_by_the_supervisor(short_tm
     data = json.loads(proc.stdout)
     assert [c["id"] for c in data["checks"]] == ["run_deadline"]
     assert "did not end within --timeout 6 s" in data["checks"][0]["detail"]
-    _assert_nothing_left(marker, tmp)
+    _assert_nothing_left(marker, short_tmp / "tmp")
 
 
 def test_a_timeout_shorter_than_the_start_stops_every_rank(short_tmp):
@@ -406,12 +411,7 @@ def test_a_timeout_shorter_than_the_start_stops_every_rank(short_tmp):
 
 @needs_overlay
 def test_a_factory_raising_keyboardinterrupt_is_reported_in_time(short_tmp):
-    project, tmp = short_tmp / "project", short_tmp / "tmp"
-    project.mkdir()
-    tmp.mkdir()
-    shutil.copy(PROBES / "factory_interrupt.py", project)
-    env, marker = _env(TMPDIR=str(tmp))
-    env["PYTHONPATH"] = f"{project}{os.pathsep}{REPO}"
+    project, env, marker = _factory_project(short_tmp, "factory_interrupt")
     proc, seconds = _preflight(["--gpus", "2", "--timeout", "30", "--format", "json",
                                 "--model", "factory_interrupt:build", "--input-shape", "3"],
                                project, env)
