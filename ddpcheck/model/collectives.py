@@ -306,7 +306,7 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
             # a helper's collective under a test of one of its parameters runs only when this call
             # passes a true value (`TempNamedDir(path, sync=False)`: no barrier)
             unguarded = [e for e in function_events(tmodel, tfn) if e.worlds & DISTRIBUTED == DISTRIBUTED
-                         and worlds_from_call(tmodel, e.site.ctx, tfn, model, c) & DISTRIBUTED == DISTRIBUTED]
+                         and worlds_from_call(tmodel, e.site.ctx, tfn, ((model, c),)) & DISTRIBUTED == DISTRIBUTED]
             if unguarded:
                 first = unguarded[0]
                 desc = first.what if first.via is None else f"{first.what}, which {first.via}"

@@ -1781,6 +1781,64 @@ def _loops_by_function(model: ScriptModel) -> dict:
     return {k: tuple(v) for k, v in by_fn.items()}
 
 
+# -- what a value says to a test ---------------------------------------------------
+# `if x:` and `if x is None:` on a value: True or False when every object the
+# value can hold answers the same, else None (unknown stays unknown).
+
+def _tree_instance(atom: Made) -> tuple[ScriptModel, ClassInfo] | None:
+    """The class of the tree a `Made` is a fresh instance of (its constructor ran)."""
+    if not constructs(atom.model, atom.site):
+        return None
+    return instance_class(atom.model, atom)
+
+
+def _atom_is_none(atom) -> bool | None:
+    if type(atom) is Const:
+        return atom.value is None
+    if isinstance(atom, (Func, Class, Module, Bound, Seq, Mapping, Super)):
+        return False
+    if isinstance(atom, Made) and _tree_instance(atom) is not None:
+        return False   # a class of the tree called: a new object (a library call may return None)
+    return None
+
+
+def _atom_truth(atom) -> bool | None:
+    if type(atom) is Const:
+        return bool(atom.value)
+    if isinstance(atom, (Func, Class, Module, Bound)):
+        return True
+    if isinstance(atom, Seq):
+        return None if atom.items is None else bool(atom.items)
+    if isinstance(atom, Mapping):
+        return True if atom.entries else None
+    if isinstance(atom, Made):
+        cls = _tree_instance(atom)
+        if cls is None or _has_library_base(*cls):
+            return None
+        # an object is true unless its class says otherwise
+        if any("__bool__" in c.methods or "__len__" in c.methods for _, c in mro(*cls)):
+            return None
+        return True
+    return None
+
+
+def _agreed(value: Value, answer) -> bool | None:
+    if not value.known:
+        return None
+    answers = {answer(a) for a in value.atoms}
+    return answers.pop() if len(answers) == 1 else None
+
+
+def truth_of(value: Value) -> bool | None:
+    """What `if <value>:` takes: True / False for every object it may hold, else None."""
+    return _agreed(value, _atom_truth)
+
+
+def is_none_of(value: Value) -> bool | None:
+    """What `<value> is None` gives for every object it may hold, else None."""
+    return _agreed(value, _atom_is_none)
+
+
 def is_generator(fn: FunctionInfo) -> bool:
     return bool(fn.yields)
 
@@ -2153,5 +2211,5 @@ __all__ = [
     "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
     "argument_places", "literal_entry", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
-    "bindings_seen",
+    "bindings_seen", "truth_of", "is_none_of",
 ]

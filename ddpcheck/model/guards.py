@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.flow import argument_expr, arguments_for, bindings_seen, resolve_call, sole_binding
+from ddpcheck.model.flow import (
+    argument_expr, arguments_for, bindings_seen, is_none_of, resolve_call, sole_binding, truth_of, value_at,
+)
 from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, string_value
@@ -373,33 +375,105 @@ def _size_comparison(model, left, op_type, right, scope) -> Condition:
     return Condition(frozenset(must), frozenset(may))
 
 
-def worlds_from_call(model, ctx, fn, caller_model, call) -> frozenset[str]:
-    """The worlds reaching `ctx` (in `fn`, in `model`) when `fn` runs from
-    `call` (in `caller_model`): a branch testing one of `fn`'s parameters
-    (`def save(state, path, enabled): if enabled: ...`) is judged by what the
-    call passes for it, across modules too."""
+def worlds_from_call(model, ctx, fn, frames: tuple) -> frozenset[str]:
+    """The worlds reaching `ctx` (in `fn`, in `model`) when `fn` runs from the
+    call `frames[0]` = (caller's model, call), itself run from `frames[1]`, and
+    so on outwards: a test of `fn`'s parameters is judged by what the calls
+    pass (`def save(state, path, enabled): if enabled: ...`, a default left
+    as is, `log_dir if is_main else None` handed on through two helpers),
+    across modules too. An empty result: the call never reaches `ctx`."""
     result = ALL
     for b in ctx.branches:
-        cond = None
-        if b.function is fn and isinstance(b.test, (cst.Name, cst.UnaryOperation)):
-            name, negated = b.test, False
-            if isinstance(name, cst.UnaryOperation) and isinstance(name.operator, cst.Not):
-                name, negated = name.expression, True
-            bound = sole_binding(model, name) if isinstance(name, cst.Name) else None
-            if bound is not None and bound.kind == "param" and bound.ctx.function is fn:
-                bound, expr = argument_expr(call, fn, name.value)
-                if bound and expr is not None:
-                    cond = condition_of(caller_model, expr, call.ctx.function)
-                elif bound:   # not passed: the default applies (`use_distributed_barriers: bool = False`)
-                    default = _default_of(fn, name.value)
-                    if default is not None:
-                        cond = condition_of(model, default, fn.ctx.function)
-                if cond is not None and negated:
-                    cond = cond.negate()
-        if cond is None:
+        if b.function is fn:
+            cond = condition_in_call(model, b.test, fn, frames)
+        else:
             cond = condition_of(model, b.test, b.function)
         result &= cond.true_branch if b.positive else cond.false_branch
     return result
+
+
+def reached_from_call(model, ctx, fn, frames: tuple) -> bool:
+    """Some process can reach `ctx` when `fn` runs from those calls (False:
+    the arm it sits in cannot be taken for the arguments passed)."""
+    return bool(worlds_from_call(model, ctx, fn, frames))
+
+
+@query(on_cycle=UNKNOWN)
+def condition_in_call(model, test: cst.BaseExpression, fn, frames: tuple) -> Condition:
+    """What `test`, read in `fn`, says when `fn` runs from `frames` (see
+    worlds_from_call): a parameter of `fn` tested for truth (`if sync:`,
+    `not sync`) or for None (`x is None`, `x is not None`) is what the
+    argument says (a literal, an object of a class of the tree, a rank test,
+    `a if rank == 0 else None` arm by arm, a parameter of the caller passed
+    on from the call further out), or the parameter's default when the call
+    leaves it out. Anything else is condition_of's answer."""
+    if not frames:
+        return condition_of(model, test, fn)
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        return condition_in_call(model, test.expression, fn, frames).negate()
+    if isinstance(test, cst.BooleanOperation):
+        op = type(test.operator)
+        rights = []
+        while isinstance(test, cst.BooleanOperation) and type(test.operator) is op:
+            rights.append(test.right)
+            test = test.left
+        result = condition_in_call(model, test, fn, frames)
+        for right in reversed(rights):
+            cond = condition_in_call(model, right, fn, frames)
+            result = result.and_(cond) if op is cst.And else result.or_(cond)
+        return result
+    if isinstance(test, cst.Name) and _own_param(model, test, fn):
+        return _argument_condition(model, fn, test.value, frames, none_test=False)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and \
+            type(test.comparisons[0].operator) in (cst.Is, cst.IsNot):
+        left, right = test.left, test.comparisons[0].comparator
+        side = left if _is_none(right) else right if _is_none(left) else None
+        if isinstance(side, cst.Name) and _own_param(model, side, fn):
+            cond = _argument_condition(model, fn, side.value, frames, none_test=True)
+            return cond if isinstance(test.comparisons[0].operator, cst.Is) else cond.negate()
+    return condition_of(model, test, fn)
+
+
+def _own_param(model, name: cst.Name, fn) -> bool:
+    """`name` reads `fn`'s parameter as passed (not rebound before the read)."""
+    bound = sole_binding(model, name)
+    return bound is not None and bound.kind == "param" and bound.ctx.function is fn
+
+
+def _argument_condition(model, fn, name: str, frames: tuple, none_test: bool) -> Condition:
+    """Where parameter `name` of `fn` is true (or None, with `none_test`) when
+    `fn` runs from `frames`."""
+    caller_model, call = frames[0]
+    bound, expr = argument_expr(call, fn, name)
+    if not bound:
+        return UNKNOWN   # `*args` / `**kw` at the call: not known from its text
+    if expr is None:   # not passed: the default applies (`use_distributed_barriers: bool = False`)
+        default = _default_of(fn, name)
+        if default is None:
+            return UNKNOWN
+        return _expr_condition(model, default, fn.ctx.function, (), none_test)
+    return _expr_condition(caller_model, expr, call.ctx.function, frames[1:], none_test)
+
+
+def _expr_condition(model, expr: cst.BaseExpression, scope, frames: tuple, none_test: bool) -> Condition:
+    """Where the value of `expr` (read in `scope`) is true (is None, with `none_test`)."""
+    if isinstance(expr, cst.IfExp):
+        # `a if rank == 0 else None`: each arm where its test sends it
+        test = condition_in_call(model, expr.test, scope, frames)
+        body = _expr_condition(model, expr.body, scope, frames, none_test)
+        orelse = _expr_condition(model, expr.orelse, scope, frames, none_test)
+        return test.and_(body).or_(test.negate().and_(orelse))
+    if frames and isinstance(expr, cst.Name) and scope is not None and _own_param(model, expr, scope):
+        return _argument_condition(model, scope, expr.value, frames, none_test)
+    if not none_test:
+        cond = condition_of(model, expr, scope)   # a rank test passed as a flag (`is_master=rank == 0`)
+        if cond != UNKNOWN:
+            return cond
+    value = value_at(model, expr)
+    answer = is_none_of(value) if none_test else truth_of(value)
+    if answer is None:
+        return UNKNOWN
+    return TRUE if answer else FALSE
 
 
 def _default_of(fn, name: str) -> cst.BaseExpression | None:
@@ -436,4 +510,4 @@ def rank_branch_text(model, ctx) -> str:
     return "behind a rank test"
 
 
-__all__ = ["worlds", "condition_of", "is_rank_expr", "function_worlds", "rank_branch_text", "worlds_from_call", "SINGLE", "ALL"]
+__all__ = ["worlds", "condition_of", "is_rank_expr", "function_worlds", "rank_branch_text", "worlds_from_call", "reached_from_call", "condition_in_call", "SINGLE", "ALL"]

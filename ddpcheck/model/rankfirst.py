@@ -33,7 +33,7 @@ from typing import Callable
 import libcst as cst
 
 from ddpcheck.model.collectives import function_events
-from ddpcheck.model.guards import function_worlds, worlds
+from ddpcheck.model.guards import function_worlds, worlds, worlds_from_call
 from ddpcheck.model.launchers import is_worker_spawn, runs_in_launcher_only, spawns_workers
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
@@ -179,21 +179,23 @@ def every_rank_at_once(model: ScriptModel, site: CallSite, same_work: SameWork) 
 
 
 @query(on_cycle=None)
-def unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork, depth: int = 0) -> CallSite | None:
+def unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork, depth: int = 0,
+                   frames: tuple = ()) -> CallSite | None:
     """The call in `fn` that does the work on every rank entering `fn`, with
     nothing inside `fn` making rank 0 go first: the work itself, or a call of
     a local helper that does it (two deep). For helpers in another module,
-    reported at the call that reaches them."""
+    reported at the call that reaches them. `frames`: the calls that run `fn`,
+    innermost first (a test of its parameters is judged by what they pass)."""
     if DN not in function_worlds(model, fn) or spawns_workers(model, fn):
         return None
     for c in model.calls_in(fn):
-        if DN not in worlds(model, c.ctx) or c.ctx.opaque or ordered_here(model, c, is_work):
+        if DN not in worlds_from_call(model, c.ctx, fn, frames) or c.ctx.opaque or ordered_here(model, c, is_work):
             continue
         if is_work(model, c):
             return c
         target = resolve_call(model, c)
         if depth < 2 and target is not None and target[1] is not fn \
-                and unordered_work(target[0], target[1], is_work, depth + 1) is not None:
+                and unordered_work(target[0], target[1], is_work, depth + 1, ((model, c), *frames)) is not None:
             return c
     return None
 
@@ -206,7 +208,7 @@ def helper_work_at_once(model: ScriptModel, site: CallSite, is_work: SameWork) -
     target = resolve_call(model, site)
     if target is None or target[0] is model:
         return None
-    inner = unordered_work(target[0], target[1], is_work)
+    inner = unordered_work(target[0], target[1], is_work, 0, ((model, site),))
     if inner is None or not every_rank_at_once(model, site, is_work):
         return None
     return target[0], inner

@@ -19,7 +19,7 @@ from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
-from ddpcheck.model.guards import worlds
+from ddpcheck.model.guards import reached_from_call, worlds
 
 
 def _loop_variable(key: str, ctx: Ctx) -> bool:
@@ -40,7 +40,7 @@ def _is_torch_wrapper(w: WrapInfo) -> bool:
 
 
 @query(on_cycle=())
-def user_attributes(model: ScriptModel, fn: FunctionInfo, param: str) -> tuple[tuple[str, cst.Attribute], ...]:
+def user_attributes(model: ScriptModel, fn: FunctionInfo, param: str) -> tuple[tuple[str, cst.Attribute, Ctx], ...]:
     """`param.X` reads in `fn` (never reassigned there) with X not on the
     wrapper, outside code that tells wrapper and model apart."""
     if any(a.key == param for a in model.assigns_in(fn)):
@@ -54,7 +54,7 @@ def user_attributes(model: ScriptModel, fn: FunctionInfo, param: str) -> tuple[t
             if r.via_attribute and isinstance(r.node, cst.Attribute) and r.ctx.function is fn and \
                     dotted_name(r.node.value) == param and not _loop_variable(param, r.ctx) and \
                     not _told_apart(model, r.ctx):
-                found.append((attr, r.node))
+                found.append((attr, r.node, r.ctx))
     return tuple(found)
 
 
@@ -124,7 +124,9 @@ class WrapperAttribute(Rule):
             for param in fn.params:
                 if param in ("self", "cls"):
                     continue
-                attrs = user_attributes(tmodel, fn, param)
+                # only the reads this call can reach (`if loss_scaler is None:` never taken when it passes one)
+                attrs = [a for a in user_attributes(tmodel, fn, param)
+                         if reached_from_call(tmodel, a[2], fn, ((model, call),))]
                 if not attrs:
                     continue
                 bound, expr = argument_expr(call, fn, param)
@@ -135,7 +137,7 @@ class WrapperAttribute(Rule):
                     continue
                 reported.add(id(expr))
                 w = found[0]
-                attr, node = attrs[0]
+                attr, node, _ = attrs[0]
                 name = dotted_name(expr) or "the model"
                 helper = f"{fn.name}() ({tmodel.file_name}:{line_of(tmodel, node)})"
                 yield Hit(expr, message=(

@@ -6,7 +6,7 @@ import os
 from typing import Iterator
 
 from ddpcheck.model.distributed import runs_distributed
-from ddpcheck.model.guards import function_worlds, worlds, worlds_from_call
+from ddpcheck.model.guards import function_worlds, worlds_from_call
 from ddpcheck.model.launchers import runs_in_launcher_only
 from ddpcheck.model.paths import per_rank_path
 from ddpcheck.model.sharding import is_distributed_checkpoint_save
@@ -64,21 +64,21 @@ def per_rank_target(model: ScriptModel, site: CallSite, kind: str) -> bool:
 
 
 def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0,
-                         caller: tuple[ScriptModel, CallSite] | None = None) -> CallSite | None:
+                         frames: tuple[tuple[ScriptModel, CallSite], ...] = ()) -> CallSite | None:
     """A write a function performs whatever rank calls it (no guard inside).
-    With `caller`, a guard on one of its parameters is judged by what that call passes."""
+    `frames`: the calls that run `fn`, innermost first; a guard on one of its
+    parameters is judged by what they pass."""
     if DN not in function_worlds(model, fn):
         return None
     for c in model.calls_in(fn):
-        reached = worlds_from_call(model, c.ctx, fn, *caller) if caller is not None else worlds(model, c.ctx)
-        if DN not in reached:
+        if DN not in worlds_from_call(model, c.ctx, fn, frames):
             continue
         kind = checkpoint_write(c)
         if kind and not per_rank_target(model, c, kind):
             return c
         if depth < 2:
             target = resolve_call(model, c, WRITE_NEED)
-            if target is not None and writes_on_every_rank(target[0], target[1], depth + 1):
+            if target is not None and writes_on_every_rank(target[0], target[1], depth + 1, ((model, c), *frames)):
                 return c
     return None
 
@@ -117,7 +117,7 @@ class UnguardedSave(Rule):
             target = resolve_call(model, site, WRITE_NEED)
             if target is None or target[0] is model:
                 continue   # same-file helpers are reported at their own write
-            inner = writes_on_every_rank(*target, caller=(model, site))
+            inner = writes_on_every_rank(*target, frames=((model, site),))
             if inner is not None and other_ranks_reach(model, site.ctx):
                 yield Hit(site.node, message=(
                     f"`{site.func}(...)` ({os.path.relpath(target[0].path)}) writes with `{inner.func}(...)` without a rank guard, "

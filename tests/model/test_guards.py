@@ -131,5 +131,5 @@ def test_helper_guard_on_its_parameter_judged_at_the_call():
     site = next(c for c in model.calls if c.func == "marker")
     fn = site.ctx.function
     guarded, unguarded = [c for c in model.calls if c.func == "save"]
-    assert DN not in worlds_from_call(model, site.ctx, fn, model, guarded)
-    assert DN in worlds_from_call(model, site.ctx, fn, model, unguarded)
+    assert DN not in worlds_from_call(model, site.ctx, fn, ((model, guarded),))
+    assert DN in worlds_from_call(model, site.ctx, fn, ((model, unguarded),))

@@ -1,0 +1,186 @@
+"""Which arm of a function a call reaches (model/guards.py: worlds_from_call,
+condition_in_call; model/flow.py: truth_of, is_none_of).
+
+A test of a parameter (`if sync:`, `if scaler is None:`) is judged by what
+the call passes: a literal, an object of a class of the tree, the default
+when the call leaves it out, a rank test, `x if rank == 0 else None` arm by
+arm, and a parameter of the caller followed to the call further out. An
+answer that is not certain leaves both arms open.
+
+Each case marks the statement in question with `use(...)` inside the
+function `helper`, and the calls of `helper` (or of the function that hands
+its parameter on) by source order."""
+
+from __future__ import annotations
+
+from ddpcheck.model.flow import truth_of, is_none_of, value_at
+from ddpcheck.model.guards import reached_from_call, worlds_from_call
+from ddpcheck.model.worlds import ALL, D0, DN
+from tests.semantics.helpers import build, marked
+
+
+def _calls(model, name):
+    return [c for c in model.calls if c.func == name]
+
+
+def _fn(model, name):
+    return next(f for f in model.functions if f.name == name)
+
+
+def reached(code: str, nth_call: int = 0, callee: str = "helper") -> bool:
+    """Does the `nth_call`-th call of `callee` reach the marked statement?"""
+    model = build(code)
+    _, site = marked(model)
+    fn = _fn(model, callee)
+    call = _calls(model, callee)[nth_call]
+    return reached_from_call(model, site.ctx, fn, ((model, call),))
+
+
+def test_a_literal_argument_decides_a_truth_test():
+    code = """
+        def helper(path, sync=True):
+            if sync:
+                use(path)
+        helper("a", sync=False)
+        helper("b", True)
+        helper("c")
+        """
+    assert [reached(code, i) for i in range(3)] == [False, True, True]
+
+
+def test_negation_and_combinations():
+    code = """
+        def helper(path, quiet=False, dry=False):
+            if not quiet and not dry:
+                use(path)
+        helper("a", quiet=True)
+        helper("b")
+        helper("c", dry=flag)
+        """
+    assert [reached(code, i) for i in range(3)] == [False, True, True]   # `flag` unknown: both arms
+
+
+def test_an_object_of_a_class_of_the_tree_is_not_none_and_true():
+    code = """
+        class Scaler:
+            def state_dict(self):
+                return {}
+        def helper(net, scaler):
+            if scaler is None:
+                use(net)
+        def other(net, scaler):
+            if not scaler:
+                use(net)
+        s = Scaler()
+        helper(net, s)
+        helper(net, None)
+        other(net, s)
+        """
+    assert reached(code, 0) is False
+    assert reached(code, 1) is True
+    model = build(code)
+    _, site = marked(model, nth=1)
+    assert not reached_from_call(model, site.ctx, _fn(model, "other"), ((model, _calls(model, "other")[0]),))
+
+
+def test_a_class_that_defines_its_truth_or_a_library_object_stays_unknown():
+    code = """
+        class Bag:
+            def __len__(self):
+                return 0
+        def helper(x):
+            if x:
+                use(x)
+        helper(Bag())
+        helper(torch.zeros(1))
+        helper(make_thing())
+        """
+    assert [reached(code, i) for i in range(3)] == [True, True, True]
+
+
+def test_a_library_call_may_return_none():
+    code = """
+        def helper(x):
+            if x is None:
+                use(x)
+        helper(os.environ.get("OUT"))
+        """
+    assert reached(code) is True
+
+
+def test_a_conditional_expression_is_judged_arm_by_arm():
+    code = """
+        def helper(log_dir):
+            if log_dir is not None:
+                use(log_dir)
+        rank = dist.get_rank()
+        helper(out if rank == 0 else None)
+        helper(out)
+        """
+    model = build(code)
+    _, site = marked(model)
+    fn = _fn(model, "helper")
+    first, second = _calls(model, "helper")
+    assert DN not in worlds_from_call(model, site.ctx, fn, ((model, first),))
+    assert D0 in worlds_from_call(model, site.ctx, fn, ((model, first),))
+    assert worlds_from_call(model, site.ctx, fn, ((model, second),)) == ALL
+
+
+def test_a_parameter_handed_on_is_judged_at_the_outer_call():
+    code = """
+        def helper(log_dir=None):
+            w = SummaryWriter(log_dir) if log_dir else None
+            use(w)
+        def fit(model, log_dir=None):
+            helper(log_dir=log_dir)
+        rank = dist.get_rank()
+        fit(m, log_dir="runs" if rank == 0 else None)
+        fit(m)
+        """
+    model = build(code)
+    writer = next(c for c in model.calls if c.func == "SummaryWriter")
+    helper, fit = _fn(model, "helper"), _fn(model, "fit")
+    inner = _calls(model, "helper")[0]
+    guarded, default = _calls(model, "fit")
+    assert worlds_from_call(model, writer.ctx, helper, ((model, inner), (model, guarded))) & {D0, DN} == {D0}
+    assert not reached_from_call(model, writer.ctx, helper, ((model, inner), (model, default)))
+    # without the outer call, `fit`'s parameter is what the file passes: both arms stay open
+    assert DN in worlds_from_call(model, writer.ctx, helper, ((model, inner),))
+
+
+def test_a_rebound_parameter_is_not_the_argument():
+    code = """
+        def helper(sync=False):
+            sync = load_flag()
+            if sync:
+                use(sync)
+        helper()
+        """
+    assert reached(code) is True
+
+
+def test_star_arguments_leave_both_arms_open():
+    code = """
+        def helper(path, sync=False):
+            if sync:
+                use(path)
+        helper(*args)
+        helper(**kw)
+        """
+    assert [reached(code, i) for i in range(2)] == [True, True]
+
+
+def test_values_as_tests():
+    model = build("""
+        class Box:
+            pass
+        a = Box()
+        b = None
+        c = [1]
+        d = []
+        e = Box() if x else None
+        use(a); use(b); use(c); use(d); use(e)
+        """)
+    values = [value_at(model, marked(model, nth=i)[0]) for i in range(5)]
+    assert [truth_of(v) for v in values] == [True, False, True, False, None]
+    assert [is_none_of(v) for v in values] == [False, True, False, False, None]
