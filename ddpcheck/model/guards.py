@@ -223,14 +223,20 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool
         if last == "int" and expr.args:
             return is_rank_expr(model, expr.args[0].value, scope, depth)
         if last in ("get", "getenv") and expr.args:
-            return string_value(expr.args[0].value) in RANK_ENV
+            key = string_value(expr.args[0].value)
+            # `os.environ.get("RANK")`, and a config dict's entry named like a rank
+            # (`config.get("rank", 0)`), judged as an attribute of that name would be
+            return key in RANK_ENV or (last == "get" and _rank_name(key))
         return False
     if isinstance(expr, cst.Subscript):
-        return environ_key(model.imports, expr) in RANK_ENV
+        env = environ_key(model.imports, expr)
+        if env is not None:
+            return env in RANK_ENV
+        # `config["rank"]`: a config dict's entry, named like a rank attribute
+        return _rank_name(_string_key(expr))
     if isinstance(expr, (cst.Name, cst.Attribute)):
         last = _last(model, expr)
-        if last in RANK_NAMES or (last and last.endswith("_rank") and last != "node_rank"
-                                  and not _per_rank_quantity(last)):
+        if _rank_name(last):
             return True
         key = dotted_name(expr)
         seen = bindings_seen(model, expr)
@@ -244,6 +250,18 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool
 
 
 _QUANTITY_HEADS = {"num", "n", "max", "min", "total", "size", "count"}
+
+
+def _rank_name(name: str | None) -> bool:
+    """A variable, attribute or config key named for a rank (`rank`, `args.local_rank`, `cfg["ddp_rank"]`)."""
+    return bool(name) and (name in RANK_NAMES or (name.endswith("_rank") and name != "node_rank"
+                                                  and not _per_rank_quantity(name)))
+
+
+def _string_key(expr: cst.Subscript) -> str | None:
+    if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+        return None
+    return string_value(expr.slice[0].slice.value)
 
 
 def _per_rank_quantity(name: str) -> bool:

@@ -36,6 +36,8 @@ def body_worlds(test: str, setup: str = "", guards: tuple[str, ...] = ()) -> fro
     "not args.distributed or args.rank == 0",
     "args.rank % ngpus_per_node == 0",
     "args.save and args.local_rank == 0",
+    "config.get('rank', 0) == 0",
+    "config['local_rank'] in (-1, 0)",
 ])
 def test_main_only_guards_exclude_the_other_ranks(test):
     worlds = body_worlds(test)
@@ -53,7 +55,8 @@ def test_distribution_flags_run_on_every_rank(test):
     assert body_worlds(test) == {D0, DN}
 
 
-@pytest.mark.parametrize("test", ["epoch % 10 == 0", "args.save", "rank_ok(x)", "len(batch) == 0"])
+@pytest.mark.parametrize("test", ["epoch % 10 == 0", "args.save", "rank_ok(x)", "len(batch) == 0",
+                                  "config.get('num_ranks', 1) == 0", "config['node_rank'] == 0", "batch[0] == 0"])
 def test_unknown_tests_say_nothing(test):
     assert body_worlds(test) == {D0, DN, S}
 
