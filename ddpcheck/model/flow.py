@@ -780,8 +780,11 @@ def _instance_attribute(model: ScriptModel, atom, cls: tuple[ScriptModel, ClassI
         if model is not atom.model:
             stored = stored | _external_stores(model, atom, name)
     out = found | stored
-    if not out or _has_library_base(cmodel, info):
-        out = out | just(Member(atom, name))   # set by a library base class, or dynamically
+    method = any(isinstance(a, (Bound, Func)) for a in found.atoms)
+    if not out or (_has_library_base(cmodel, info) and not method):
+        # set by a library base class, or dynamically (a method the tree defines
+        # comes before the library's in the lookup order: it is that method)
+        out = out | just(Member(atom, name))
     return out
 
 
@@ -847,6 +850,8 @@ def _has_library_base(model: ScriptModel, cls: ClassInfo) -> bool:
     library's Dataset): its objects have attributes the engine does not see."""
     for base in cls.bases:
         for a in resolved_atoms(_value(model, base)).atoms:
+            if a == Lib("object"):
+                continue   # `class Logger(object):` is a class with no base
             if not isinstance(a, Class) or _has_library_base(a.model, a.cls):
                 return True
     return False
@@ -1494,9 +1499,44 @@ def call_targets(model: ScriptModel, site: CallSite, needs: Need = ()) -> tuple[
 
 def resolve_call(model: ScriptModel, site: CallSite, needs: Need = ()) -> tuple[ScriptModel, FunctionInfo] | None:
     """The one function of the tree a call runs, or None (a library call, a
-    dynamic call, or several possible functions)."""
+    dynamic call, several possible functions, or one function of the tree
+    beside something the engine does not know: `self.io.save(...)` where
+    `self.io` is a plugin's object or a default object of the tree)."""
     targets = call_targets(model, site, needs)
-    return targets[0] if len(targets) == 1 else None
+    if len(targets) != 1 or not _callee_known(model, site, needs):
+        return None
+    return targets[0]
+
+
+@query(on_cycle=False)
+def _callee_known(model: ScriptModel, site: CallSite, needs: Need = ()) -> bool:
+    """Everything a call's function expression may hold is a function, a
+    method or a class of the tree (or an object of the tree with `__call__`):
+    no library object's method and nothing unknown beside them. None (and
+    a method read from None) is left out: a call that runs does not hold it."""
+    for atom in callee_value(model, site, needs).atoms:
+        if isinstance(atom, (Func, Bound, Class)):
+            continue
+        if type(atom) is Const and atom.value is None or \
+                isinstance(atom, Member) and atom.receiver == Const(None):
+            continue   # `self.io = None` elsewhere: `self.io.save(...)` never runs with it
+        if isinstance(atom, Made) and instance_class(model, atom) is not None:
+            continue
+        if _library_base_attribute(model, atom):
+            continue
+        return False
+    return True
+
+
+def _library_base_attribute(model: ScriptModel, atom) -> bool:
+    """`Member` standing for "a library base class might set this too" on an
+    object of a class of the tree (`self._client.save(...)` in a recipe class
+    with a `Protocol` base, `self._client` stored by its own `__init__`): the
+    object is known, and what its own class stores is what the engine follows."""
+    root = atom
+    while isinstance(root, Member):
+        root = root.receiver
+    return root is not atom and not isinstance(root, Value) and instance_class(model, root) is not None
 
 
 def constructs(model: ScriptModel, site: CallSite) -> bool:

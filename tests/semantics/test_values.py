@@ -8,7 +8,7 @@ that made them (`DataLoader`, `DDP`)."""
 
 from __future__ import annotations
 
-from ddpcheck.model.flow import Made, Param, value_at, value_of
+from ddpcheck.model.flow import Made, Param, call_targets, resolve_call, value_at, value_of
 from tests.semantics.helpers import build, marked
 
 
@@ -183,6 +183,75 @@ def test_a_method_runs_through_the_class_hierarchy_and_overrides_win():
         use(Child().fit())
         """
     assert made(code) == {"DistributedSampler"}
+
+
+def test_one_function_of_the_tree_beside_an_unknown_object_is_not_the_call():
+    # `self.io` is a plugin's object (unknown) or the default object of the tree:
+    # the call may run either, so it runs no one known function
+    code = """
+        class DefaultIO:
+            def save(self, sd, path):
+                torch.save(sd, path)
+        class Engine:
+            def __init__(self, plugin=None):
+                if plugin is not None:
+                    self.io = plugin.get_io()
+                else:
+                    self.io = DefaultIO()
+            def save(self, sd, path):
+                self.io.save(sd, path)
+        class Plain:
+            def __init__(self):
+                self.io = DefaultIO() if fast else None
+            def save(self, sd, path):
+                self.io.save(sd, path)
+        """
+    model = build(code)
+    engine, plain = [c for c in model.calls if c.func == "self.io.save"]
+    assert [fn.qualname for _, fn in call_targets(model, engine)] == ["DefaultIO.save"]   # a may-callee
+    assert resolve_call(model, engine) is None
+    # None beside it cannot be what a call that runs holds
+    assert resolve_call(model, plain)[1].qualname == "DefaultIO.save"
+
+
+def test_an_attribute_the_class_stores_is_followed_whatever_its_library_base():
+    # a library base might set `self.client` too; what the class's own
+    # `__init__` stores is what the call runs
+    code = """
+        class Client:
+            def save(self, sd):
+                torch.save(sd, "x.pt")
+        class Recipe(Protocol):
+            def __init__(self):
+                self.client = Client()
+            def save(self, sd):
+                self.client.save(sd)
+        """
+    model = build(code)
+    site = next(c for c in model.calls if c.func == "self.client.save")
+    assert resolve_call(model, site)[1].qualname == "Client.save"
+
+
+def test_a_method_of_the_tree_is_the_method_whatever_the_library_base():
+    code = """
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.reset()
+            def reset(self):
+                self.head = nn.Linear(4, 4)
+        class Log(object):
+            def __init__(self):
+                self.writer = SummaryWriter("runs")
+            def add(self):
+                use(self.writer)
+        """
+    model = build(code)
+    reset = next(c for c in model.calls if c.func == "self.reset")
+    assert resolve_call(model, reset)[1].qualname == "Net.reset"
+    assert made(code, resolve=False) == {"SummaryWriter"}   # `object` is no library base
+    # an attribute a library base may set stays unknown
+    assert made("class A(nn.Module):\n    def f(self):\n        use(self.weight)\n", resolve=False) == {"?"}
 
 
 def test_namespace_attributes_set_in_another_function():
