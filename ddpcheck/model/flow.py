@@ -1729,6 +1729,21 @@ def _callers(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[CallSite, Valu
     return tuple(found) if found else None
 
 
+def call_sites_of(model: ScriptModel, fn: FunctionInfo) -> tuple[CallSite, ...] | None:
+    """Every call of `fn` in its file; None when some use of `fn` is not a
+    call (stored in a dict, handed to a call, assigned: its callers are
+    unknown) or nothing in the file calls it."""
+    callers = _callers(model, fn)
+    return None if callers is None else tuple(call for call, _ in callers)
+
+
+def result_dropped(site: CallSite) -> bool:
+    """The call is a statement of its own: what it returns is thrown away."""
+    stmt = site.stmt
+    return isinstance(stmt, cst.SimpleStatementLine) and any(
+        isinstance(s, cst.Expr) and s.value is site.node for s in stmt.body)
+
+
 @query(on_cycle=EMPTY)
 def param_value(model: ScriptModel, fn: FunctionInfo, name: str) -> Value:
     """What parameter `name` of `fn` holds, through the file's call sites."""
@@ -2251,5 +2266,5 @@ __all__ = [
     "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
     "argument_places", "literal_entry", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
-    "bindings_seen", "truth_of", "is_none_of",
+    "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped",
 ]

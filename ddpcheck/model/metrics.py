@@ -17,7 +17,7 @@ import libcst as cst
 
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.model.flow import callees
+from ddpcheck.model.flow import call_sites_of, callees, result_dropped
 
 REDUCTION_NAME = re.compile(r"reduce|gather|synchroni[sz]e|(^|_)sync(_|$)|sync_between|average_across|across_processes",
                             re.I)
@@ -45,6 +45,14 @@ def function_reduces(model: ScriptModel, fn: FunctionInfo | None) -> bool:
                 result = True
                 break
     return result
+
+
+def callers_reduce_the_return(model: ScriptModel, fn: FunctionInfo) -> bool:
+    """Every call of `fn` (all in its file, none unknown) reduces what it
+    returns or throws it away: `loss, acc = evaluate(...)` then
+    `dist.all_reduce(loss)` in the caller; `evaluate()` as a statement."""
+    calls = call_sites_of(model, fn)
+    return bool(calls) and all(result_dropped(c) or function_reduces(model, c.ctx.function) for c in calls)
 
 
 def is_report(site: CallSite) -> bool:

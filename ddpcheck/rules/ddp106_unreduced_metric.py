@@ -9,7 +9,9 @@ import libcst as cst
 
 from ddpcheck.model.evaluation import LoaderLoop, is_eval_loader, loader_loops
 from ddpcheck.model.flow import instance_class, value_of
-from ddpcheck.model.metrics import METER_CLASS, Accumulator, class_reduces, function_reduces, is_report
+from ddpcheck.model.metrics import (
+    METER_CLASS, Accumulator, callers_reduce_the_return, class_reduces, function_reduces, is_report,
+)
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import loaders
@@ -148,8 +150,9 @@ class UnreducedMetric(Rule):
                 if report is None:
                     continue
                 node, what, name = report
-                if what == "the `return`" and fn is not None and _called_through_a_value(m, fn):
-                    continue   # who calls it, and whether they reduce what it returns, is not known
+                if what == "the `return`" and fn is not None and (
+                        _called_through_a_value(m, fn) or callers_reduce_the_return(m, fn)):
+                    continue   # unknown callers, or every caller reduces (or drops) what it returns
                 names = ", ".join(f"`{a.key}`" for a in accs[:3])
                 where = ""
                 if m is not model:

@@ -32,8 +32,13 @@ def test_print_after_the_loop():
 
 
 def test_return_of_a_derived_value():
-    src = HEAD + "    acc = correct / total\n    return acc\n\nevaluate(model, val_loader)\n"
+    src = HEAD + "    acc = correct / total\n    return acc\n\nprint(evaluate(model, val_loader))\n"
     assert lines("DDP106", src) == [14]
+
+
+def test_a_return_every_caller_throws_away_is_no_report():
+    src = HEAD + "    acc = correct / total\n    return acc\n\nevaluate(model, val_loader)\n"
+    assert lines("DDP106", src) == []
 
 
 def test_reductions_silence_it():

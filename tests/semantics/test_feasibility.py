@@ -184,3 +184,20 @@ def test_values_as_tests():
     values = [value_at(model, marked(model, nth=i)[0]) for i in range(5)]
     assert [truth_of(v) for v in values] == [True, False, True, False, None]
     assert [is_none_of(v) for v in values] == [False, True, False, False, None]
+
+
+def test_callers_of_a_function_and_what_they_do_with_its_result():
+    from ddpcheck.model.flow import call_sites_of, result_dropped
+
+    model = build("""
+        def evaluate():
+            return 1
+        def handed():
+            return 2
+        evaluate()
+        x = evaluate()
+        table = {"h": handed}
+        """)
+    first, second = call_sites_of(model, _fn(model, "evaluate"))
+    assert result_dropped(first) and not result_dropped(second)
+    assert call_sites_of(model, _fn(model, "handed")) is None   # stored as a value: callers unknown
