@@ -5,10 +5,34 @@ point we cannot judge, so it counts as unreached)."""
 
 from __future__ import annotations
 
+import re
+
 from ddpcheck.model.guards import function_worlds, worlds
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.worlds import DN
+
+
+# A call that registers a function to be run later, by whatever runs the hook
+# (`accelerator.register_save_state_pre_hook(save_hook)`, `module.register_forward_hook(fn)`,
+# `atexit.register(fn)`, `trainer.add_callback(cb)`): the function does not run at the registration.
+_REGISTRATION = re.compile(r"(^|_)register($|_)|hook|callback", re.I)
+
+
+@query
+def registered_for_later(model: ScriptModel) -> frozenset[int]:
+    """The argument nodes of registration calls: a function named there runs
+    where the hook runs, which the registration does not say."""
+    found = set()
+    for c in model.calls:
+        name = c.attr or (c.func or "").rpartition(".")[2]
+        if name and _REGISTRATION.search(name):
+            found.update(id(a.value) for a in c.node.args)
+    return frozenset(found)
+
+
+def _runs_there(model: ScriptModel, ref) -> bool:
+    return id(ref.node) not in registered_for_later(model)
 
 
 def other_ranks_reach(model: ScriptModel, ctx: Ctx) -> bool:
@@ -23,8 +47,8 @@ def unguarded_caller(model: ScriptModel, fn: FunctionInfo | None):
     if fn is None:
         return None
     for ref in model.refs_to(fn):
-        if ref.ctx.function is fn:
-            continue   # recursion, or a local variable of the same name
+        if ref.ctx.function is fn or not _runs_there(model, ref):
+            continue   # recursion, or a local variable of the same name; a hook registered
         if DN in worlds(model, ref.ctx) and _function_reached(model, ref.ctx.function):
             return ref
     return None
@@ -36,7 +60,7 @@ def _function_reached(model: ScriptModel, fn: FunctionInfo | None) -> bool:
         return True
     if DN not in function_worlds(model, fn):
         return False
-    return any(DN in worlds(model, ref.ctx) and _function_reached(model, ref.ctx.function)
+    return any(DN in worlds(model, ref.ctx) and _runs_there(model, ref) and _function_reached(model, ref.ctx.function)
                for ref in model.refs_to(fn))
 
 

@@ -44,3 +44,16 @@ def test_recursive_helpers_answer_the_same_in_any_order():
         model = _model()
         used = {name: script_reaches(model, _fn(model, name)) for name in order}
         assert used == {"a": True, "b": True}, order
+
+
+def test_a_registered_hook_is_not_run_at_its_registration():
+    code = ("def hook(*a):\n    marker()\n"
+            "def other(*a):\n    marker()\n"
+            "engine.register_save_hook(hook)\n"
+            "atexit.register(hook)\n"
+            "trainer.add_callback(hook)\n"
+            "run(other)\n")
+    model = Project(LintSettings(enabled=frozenset())).build("t.py", cst.parse_module(code))
+    hooked, handed = [c for c in model.calls if c.func == "marker"]
+    assert not other_ranks_reach(model, hooked.ctx)
+    assert other_ranks_reach(model, handed.ctx)   # handed to a call that may run it there
