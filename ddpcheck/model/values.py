@@ -15,13 +15,13 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    LOADER_NEED, Value, call_argument, call_targets, element_of, instance_of, is_api_call,
-    resolved, value_of,
+    LOADER_NEED, Class, Value, call_argument, call_targets, callee_value, element_of, instance_of, is_api_call,
+    library_bases, mro, resolved, value_of,
 )
 from ddpcheck.model.library import RETURNS_RECEIVER
 from ddpcheck.model.memo import query
-from ddpcheck.model.names import dotted_name
-from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel, call_arg, exclusive
+from ddpcheck.model.names import dotted_name, is_torch_api
+from ddpcheck.model.script import CallSite, ClassInfo, FunctionInfo, ScriptModel, call_arg, exclusive
 from ddpcheck.model.vocabulary import EVAL_LOADER_NAME, EVAL_NAME
 
 DDP_NAMES = ("DistributedDataParallel",)
@@ -29,6 +29,7 @@ DP_NAMES = ("DataParallel",)
 # What a module that makes these names (project.Need: one name of every group).
 DISTRIBUTED_SAMPLER_NEED = (("DistributedSampler",),)
 DDP_NEED = (DDP_NAMES,)
+WRAPPER_NEED = (DDP_NAMES + DP_NAMES,)
 
 
 def call_site(model: ScriptModel, node: cst.Call) -> CallSite | None:
@@ -233,6 +234,14 @@ class WrapInfo:
     kind: str             # "DistributedDataParallel" or "DataParallel"
     key: str | None       # the name holding the wrapper
     inner: str | None     # the name of the module that was wrapped
+    # the class of the tree instantiated when it derives from torch's wrapper
+    # (`class DistributedDataParallel(nn.parallel.DistributedDataParallel, Model)` in a helper module)
+    subclass: tuple[ScriptModel, ClassInfo] | None = None
+
+    def overrides(self, name: str) -> bool:
+        """A class of the tree between the object and torch's wrapper defines
+        `name` (a `state_dict` of its own): the wrapper's is not what runs."""
+        return self.subclass is not None and any(name in c.methods for _, c in mro(*self.subclass))
 
     @property
     def order(self) -> int:
@@ -241,17 +250,48 @@ class WrapInfo:
 
 @query
 def wraps(model: ScriptModel) -> list[WrapInfo]:
+    """The DDP / DataParallel wraps made in this file: torch's classes (and
+    apex's DDP), and classes of the tree deriving from them."""
     result = []
+    subclassing = model.may_reach(WRAPPER_NEED)
     for site in model.calls:
         if is_ddp_wrap(model, site):
             kind = "DistributedDataParallel"
         elif is_dp_wrap(model, site):
             kind = "DataParallel"
+        elif subclassing and (found := wrapper_subclass(model, site)) is not None:
+            kind, subclass = found
+            inner = site.arg("module", 0)
+            result.append(WrapInfo(site, kind, key_of(model, site), dotted_name(inner) if inner is not None else None,
+                                   subclass))
+            continue
         else:
             continue
         inner = site.arg("module", 0)
         result.append(WrapInfo(site, kind, key_of(model, site), dotted_name(inner) if inner is not None else None))
     return result
+
+
+def wrapper_subclass(model: ScriptModel, site: CallSite) -> tuple[str, tuple[ScriptModel, ClassInfo]] | None:
+    """A call that instantiates a class of the tree deriving from torch's
+    DistributedDataParallel or DataParallel (directly or through other
+    classes of the tree, across modules): the wrapper's kind and the class.
+    An object of that class is the wrapper (its `state_dict()` keys carry
+    `module.`), with whatever methods the class adds."""
+    func = site.node.func
+    root = func
+    while isinstance(root, cst.Attribute):
+        root = root.value
+    if not isinstance(root, cst.Name) or (func is not root and not model.imports.is_imported(root.value)):
+        return None   # a method of an object, not a class
+    classes = [a for a in callee_value(model, site, WRAPPER_NEED).atoms if isinstance(a, Class)]
+    if len(classes) != 1:
+        return None
+    bases = library_bases(classes[0].model, classes[0].cls)
+    for kind, names in (("DistributedDataParallel", DDP_NAMES), ("DataParallel", DP_NAMES)):
+        if any(is_torch_api(q, *names) for q in bases):
+            return kind, (classes[0].model, classes[0].cls)
+    return None
 
 
 def wraps_before(model: ScriptModel, key: str, site: CallSite, kind: str | None = None) -> list[WrapInfo]:

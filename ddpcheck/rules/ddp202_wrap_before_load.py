@@ -67,7 +67,7 @@ class WrapBeforeLoad(Rule):
             if not held:
                 continue
             w = held[0]
-            if _saves_wrapper_state(model, w, key, site.ctx.function):
+            if w.overrides("load_state_dict") or _saves_wrapper_state(model, w, key, site.ctx.function):
                 continue
             silent = getattr(site.arg("strict", 1), "value", None) == "False"
             consequence = (

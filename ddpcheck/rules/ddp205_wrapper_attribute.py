@@ -34,9 +34,10 @@ def _told_apart(model: ScriptModel, ctx: Ctx) -> bool:
 
 
 def _is_torch_wrapper(w: WrapInfo) -> bool:
-    # apex's DDP has an API of its own; only torch's wrappers are judged
+    # apex's DDP, and a class of the tree deriving from torch's wrapper, have an API of their own;
+    # only torch's wrappers are judged
     q = w.site.qual or ""
-    return not q.startswith("apex.")
+    return not q.startswith("apex.") and w.subclass is None
 
 
 @query(on_cycle=())

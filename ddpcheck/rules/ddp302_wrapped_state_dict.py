@@ -63,7 +63,7 @@ class WrappedStateDict(Rule):
                         unwrapped_fallback(model, sd.node, key):
                     continue   # told apart, or the `except AttributeError:` fallback for a plain object
                 found = wrapper_in(model, sd.receiver, sd.ctx)
-                if found is None:
+                if found is None or found[0].overrides("state_dict"):
                     continue
                 w, via = found
                 reported.add(id(sd.node))
@@ -83,7 +83,7 @@ class WrappedStateDict(Rule):
             if not bound or expr is None or id(expr) in reported:
                 continue
             found = wrapper_in(model, expr, sink.ctx)
-            if found is None:
+            if found is None or found[0].overrides("state_dict"):
                 continue
             reported.add(id(expr))
             yield self._hit(model, expr, dotted_name(expr) or "model", found[0], found[1],

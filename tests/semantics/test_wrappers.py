@@ -1,0 +1,87 @@
+"""Which objects are the DDP / DataParallel wrapper (model/values.py `wraps`,
+model/wrappers.py `wrapper_in`): torch's classes, and classes of the tree
+that derive from them, across modules and re-exports."""
+
+from __future__ import annotations
+
+from ddpcheck.model.values import wraps
+from ddpcheck.model.wrappers import wrapper_in
+from tests.conftest import write
+from tests.semantics.helpers import build, build_file, marked
+
+
+def held(model, marker: str = "use"):
+    expr, site = marked(model, marker)
+    found = wrapper_in(model, expr, site.ctx)
+    return found[0] if found is not None else None
+
+
+def _package(tmp_path, body: str = "    pass\n"):
+    write(tmp_path / "pkg" / "__init__.py", "")
+    write(tmp_path / "pkg" / "nets" / "__init__.py", "from pkg.nets.wrapping import ParallelNet\n")
+    write(tmp_path / "pkg" / "nets" / "wrapping.py",
+          "import torch.nn as nn\n"
+          "class Saving(nn.Module):\n    def save_to(self, path):\n        pass\n"
+          "class ParallelNet(nn.parallel.DistributedDataParallel, Saving):\n" + body)
+
+
+def test_a_subclass_of_ddp_in_a_helper_package_is_the_wrapper(tmp_path):
+    _package(tmp_path)
+    train = write(tmp_path / "train.py",
+                  "from pkg.nets import ParallelNet\n"
+                  "class Runner:\n"
+                  "    def __init__(self, net):\n"
+                  "        self.net = net\n"
+                  "        if distributed:\n"
+                  "            self.net = ParallelNet(self.net, device_ids=[0])\n"
+                  "    def checkpoint(self):\n"
+                  "        use(self.net)\n")
+    model = build_file(train)
+    (w,) = wraps(model)
+    assert w.kind == "DistributedDataParallel" and w.subclass[1].name == "ParallelNet"
+    assert held(model) is w
+    assert not w.overrides("state_dict") and w.overrides("save_to")
+
+
+def test_a_subclass_that_defines_its_own_state_dict_overrides_it(tmp_path):
+    _package(tmp_path, "    def state_dict(self, *a, **k):\n        return self.module.state_dict(*a, **k)\n")
+    train = write(tmp_path / "train.py", "from pkg.nets import ParallelNet\nnet = ParallelNet(net)\nuse(net)\n")
+    (w,) = wraps(build_file(train))
+    assert w.overrides("state_dict")
+
+
+def test_a_subclass_of_dataparallel_in_the_same_file():
+    model = build("""
+        from torch import nn
+        class Balanced(nn.DataParallel):
+            pass
+        net = Balanced(net)
+        use(net)
+        """)
+    (w,) = wraps(model)
+    assert w.kind == "DataParallel" and w.subclass is not None and held(model) is w
+
+
+def test_a_class_of_the_tree_named_like_the_wrapper_is_not_it():
+    # the name is the user's own: no torch base
+    model = build("""
+        import torch.nn as nn
+        class DistributedDataParallel(nn.Module):
+            def __init__(self, module):
+                super().__init__()
+                self.module = module
+        net = DistributedDataParallel(net)
+        use(net)
+        """)
+    assert wraps(model) == [] and held(model) is None
+
+
+def test_a_subclass_of_another_library_class_is_not_the_wrapper():
+    model = build("""
+        import torch.nn as nn
+        class Net(nn.Module):
+            pass
+        net = Net()
+        use(net)
+        """)
+    assert wraps(model) == [] and held(model) is None
