@@ -22,6 +22,7 @@ from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.memo import query
+from ddpcheck.model.reads import reads
 from ddpcheck.model.worlds import (
     ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
 )
@@ -107,6 +108,15 @@ def _wandb_run_condition(model) -> Condition:
         return UNKNOWN
     where = frozenset().union(*(worlds(model, c.ctx) for c in inits))
     return Condition(NONE, where) if DN not in where else UNKNOWN
+
+
+def after_wandb_init(model, ctx) -> bool:
+    """Some test around `ctx` reads `wandb.run` (`if wandb.run is not None:`,
+    `if cfg.wandb is None or wandb.run is None: return`): the code runs only in
+    the processes that called `wandb.init()`, wherever that is; what it logs
+    goes to the run that init started."""
+    from_reads = (reads(model, b.test) for b in ctx.branches)
+    return any(model.imports.qualify(n) == "wandb.run" for names in from_reads for n in names)
 
 
 def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:

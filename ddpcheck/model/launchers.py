@@ -12,7 +12,7 @@ import libcst as cst
 from ddpcheck.model.names import dotted_name, string_value
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
-from ddpcheck.model.flow import resolve_call
+from ddpcheck.model.flow import argument_expr, resolve_call
 
 _SPAWNERS = {"spawn", "start_processes", "Process"}
 _MODULES = ("torch.multiprocessing", "multiprocessing")
@@ -33,6 +33,61 @@ def is_worker_spawn(site: CallSite) -> bool:
         return True
     module, _, last = q.rpartition(".")
     return last in _SPAWNERS and (module in _MODULES or module.startswith(tuple(m + "." for m in _MODULES)))
+
+
+def spawned_function(site: CallSite) -> cst.BaseExpression | None:
+    """The function a worker spawn runs in every worker: `mp.spawn(fn, ...)`,
+    `Process(target=fn)`, detectron2's `launch(fn, ...)`."""
+    if not is_worker_spawn(site):
+        return None
+    if (site.qual or "").rpartition(".")[2] == "Process":
+        return site.arg("target")
+    return site.arg("fn", 0) or site.arg("main_func") or site.arg("function")
+
+
+@query(on_cycle=frozenset())
+def spawned_params(model: ScriptModel, fn: FunctionInfo) -> frozenset[str]:
+    """The parameters of `fn` holding a function that `fn` starts in every
+    worker process, itself (`def run(fn, cfg): mp.spawn(fn, args=(cfg,),
+    nprocs=n)`) or by handing it on to a function of the tree that does."""
+    found = set()
+    for c in model.calls_in(fn):
+        spawned = spawned_function(c)
+        if spawned is not None:
+            if isinstance(spawned, cst.Name) and spawned.value in fn.params:
+                found.add(spawned.value)
+            continue
+        target = resolve_call(model, c)
+        if target is None:
+            continue
+        for p in spawned_params(*target):
+            bound, expr = argument_expr(c, target[1], p)
+            if bound and isinstance(expr, cst.Name) and expr.value in fn.params:
+                found.add(expr.value)
+    return frozenset(found)
+
+
+@query(on_cycle={})
+def calls_by_argument(model: ScriptModel) -> dict[int, CallSite]:
+    """The call each argument expression of the file is passed to."""
+    return {id(a.value): c for c in model.calls for a in c.node.args}
+
+
+def runs_in_workers(model: ScriptModel, node: cst.CSTNode) -> bool:
+    """`node` (a reference to a function) is handed to a call that runs it
+    in every worker process: `mp.spawn(main_worker, ...)`, or a function of
+    the tree that spawns its parameter (`ddp.run(cls._run, config)` with
+    `def run(fn, config): mp.spawn(fn, ...)` in a helper module). The
+    function is then a worker's entry point: every rank runs it at once,
+    whoever calls the code that spawns it."""
+    call = calls_by_argument(model).get(id(node))
+    if call is None:
+        return False
+    if is_worker_spawn(call):
+        return spawned_function(call) is node
+    target = resolve_call(model, call)
+    return target is not None and any(argument_expr(call, target[1], p)[1] is node
+                                      for p in spawned_params(*target))
 
 
 @query(on_cycle=False)
@@ -117,4 +172,4 @@ def is_spawn_index(model: ScriptModel, name: str, scope: FunctionInfo | None) ->
     return scope is not None and (id(scope.node), name) in spawn_index_params(model)
 
 
-__all__ = ["spawn_index_params", "is_spawn_index", "is_worker_spawn", "spawns_workers", "runs_in_launcher_only", "launches_from_module_level"]
+__all__ = ["spawned_function", "spawned_params", "runs_in_workers", "calls_by_argument", "spawn_index_params", "is_spawn_index", "is_worker_spawn", "spawns_workers", "runs_in_launcher_only", "launches_from_module_level"]

@@ -34,7 +34,7 @@ import libcst as cst
 
 from ddpcheck.model.collectives import function_events
 from ddpcheck.model.guards import function_worlds, worlds, worlds_from_call
-from ddpcheck.model.launchers import is_worker_spawn, runs_in_launcher_only, spawns_workers
+from ddpcheck.model.launchers import runs_in_launcher_only, runs_in_workers, spawns_workers
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
 from ddpcheck.model.reach import other_ranks_reach
@@ -140,11 +140,6 @@ def _calls_by_callee(model: ScriptModel) -> dict[int, CallSite]:
     return {id(c.node.func): c for c in model.calls}
 
 
-@query(on_cycle={})
-def _calls_by_argument(model: ScriptModel) -> dict[int, CallSite]:
-    return {id(a.value): c for c in model.calls for a in c.node.args}
-
-
 @query(on_cycle=False)
 def reached_at_once(model: ScriptModel, fn: FunctionInfo | None, same_work: SameWork) -> bool:
     """Every rank can enter `fn` at the same time: some place the script
@@ -158,8 +153,7 @@ def reached_at_once(model: ScriptModel, fn: FunctionInfo | None, same_work: Same
     for ref in model.refs_to(fn):
         if ref.ctx.function is fn or DN not in worlds(model, ref.ctx):
             continue
-        spawn = _calls_by_argument(model).get(id(ref.node))
-        if spawn is not None and is_worker_spawn(spawn):
+        if runs_in_workers(model, ref.node):
             return True   # `mp.spawn(main_worker, ...)`: every worker starts it at once
         call = callers.get(id(ref.node))
         if call is not None and (ordered_here(model, call, same_work) or runs_in_launcher_only(model, call.ctx)):

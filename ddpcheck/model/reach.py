@@ -1,13 +1,16 @@
 """Can a non-zero rank reach this line? The worlds of the line's own branches,
 then, up the call graph, the worlds of every place its function is called from
 (in the same file; a function nobody in the file calls is a library entry
-point we cannot judge, so it counts as unreached)."""
+point we cannot judge, so it counts as unreached). A function the file hands
+to a worker spawn (`mp.spawn(worker, ...)`, or a helper that spawns its
+parameter) is a worker's entry point: every rank runs it."""
 
 from __future__ import annotations
 
 import re
 
 from ddpcheck.model.guards import function_worlds, worlds
+from ddpcheck.model.launchers import runs_in_workers
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.worlds import DN
@@ -60,7 +63,8 @@ def _function_reached(model: ScriptModel, fn: FunctionInfo | None) -> bool:
         return True
     if DN not in function_worlds(model, fn):
         return False
-    return any(DN in worlds(model, ref.ctx) and _runs_there(model, ref) and _function_reached(model, ref.ctx.function)
+    return any(DN in worlds(model, ref.ctx) and (runs_in_workers(model, ref.node) or (
+                   _runs_there(model, ref) and _function_reached(model, ref.ctx.function)))
                for ref in model.refs_to(fn))
 
 

@@ -371,11 +371,21 @@ class ScriptModel:
         # a method is reached through `self.save(...)` / `trainer.save(...)`, not `torch.save(...)`
         refs = [r for r in refs if r.via_attribute and not self._module_attribute(r.node)]
         if fn.name == "__init__" and fn.class_name in self.class_names:
-            # a constructor runs where its class is instantiated: `Trainer(...)`
+            # a constructor runs where its class is instantiated: `Trainer(...)`, and `cls(...)`
+            # in a classmethod of the class (`trainer = cls(config)` in `Trainer.run`)
             names = self._class_name_nodes()
             refs += [r for r in self.references.get(fn.class_name, [])
                      if not r.via_attribute and id(r.node) not in names]
+            refs += [r for r in self.references.get("cls", []) if id(r.node) in self._constructor_calls()
+                     and r.ctx.function is not None and r.ctx.function.class_name == fn.class_name
+                     and r.ctx.function.params[:1] == ("cls",)
+                     and any(d.rpartition(".")[2] == "classmethod" for d in r.ctx.function.decorators)]
         return refs
+
+    @query
+    def _constructor_calls(self) -> set[int]:
+        """The name nodes called as `cls(...)`."""
+        return {id(c.node.func) for c in self.calls if isinstance(c.node.func, cst.Name) and c.node.func.value == "cls"}
 
     @query
     def _class_name_nodes(self) -> set[int]:

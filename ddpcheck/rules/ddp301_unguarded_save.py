@@ -6,7 +6,7 @@ import os
 from typing import Iterator
 
 from ddpcheck.model.distributed import runs_distributed
-from ddpcheck.model.guards import function_worlds, worlds_from_call
+from ddpcheck.model.guards import after_wandb_init, function_worlds, worlds_from_call
 from ddpcheck.model.launchers import runs_in_launcher_only
 from ddpcheck.model.paths import per_rank_path
 from ddpcheck.model.sharding import is_distributed_checkpoint_save
@@ -49,6 +49,16 @@ def checkpoint_write(site: CallSite) -> str | None:
     return None
 
 
+def write_kind(model: ScriptModel, site: CallSite) -> str | None:
+    """The kind of every-rank write a call is, or None. A `wandb.log` that
+    runs only where `wandb.run` is set logs into the run its process started:
+    the `wandb.init` is the write judged (once), not each log that follows it."""
+    kind = checkpoint_write(site)
+    if kind == "wandb" and site.qual == "wandb.log" and after_wandb_init(model, site.ctx):
+        return None
+    return kind
+
+
 def per_rank_target(model: ScriptModel, site: CallSite, kind: str) -> bool:
     """The write goes to a path of its own on each rank (`f"queue{rank}.pth"`,
     `log_dir=f"runs/rank{args.rank}"`)."""
@@ -73,7 +83,7 @@ def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0,
     for c in model.calls_in(fn):
         if DN not in worlds_from_call(model, c.ctx, fn, frames):
             continue
-        kind = checkpoint_write(c)
+        kind = write_kind(model, c)
         if kind and not per_rank_target(model, c, kind):
             return c
         if depth < 2:
@@ -102,7 +112,7 @@ class UnguardedSave(Rule):
         for site in model.calls:
             if runs_in_launcher_only(model, site.ctx):
                 continue   # `wandb.init()` before `mp.spawn(...)`: the launching process, once
-            kind = checkpoint_write(site)
+            kind = write_kind(model, site)
             if kind is not None:
                 if other_ranks_reach(model, site.ctx) and not per_rank_target(model, site, kind):
                     what = site.func or "this call"
