@@ -1571,6 +1571,30 @@ def called_qual(model: ScriptModel, site: CallSite) -> str | None:
     return quals.pop() if len(quals) == 1 else None
 
 
+def called_qual_from(model: ScriptModel, site: CallSite, caller: tuple[ScriptModel, CallSite] | None) -> str | None:
+    """`called_qual`, for a call of a parameter of its function with that
+    function entered from `caller` (the call that runs it, in its own module):
+    what the caller passes is what runs. `context_manager(*args)` inside
+    `def optional(flag, context_manager, *args)`, entered from
+    `optional(cfg.log, wandb.init, project=p)`, runs `wandb.init`."""
+    qual = called_qual(model, site)
+    if qual is not None or caller is None:
+        return qual
+    func, fn = site.node.func, site.ctx.function
+    if fn is None or not isinstance(func, cst.Name) or func.value not in fn.params:
+        return None
+    b = sole_binding(model, func)
+    if b is None or b.kind != "param" or b.ctx.function is not fn:
+        return None   # rebound in the function: not (only) what the caller passed
+    cmodel, call = caller
+    bound, expr = argument_expr(call, fn, func.value)
+    if not bound or expr is None:
+        return None
+    atoms = resolved_atoms(value_of(cmodel, expr)).atoms
+    quals = {a.qual for a in atoms if isinstance(a, Lib)}
+    return quals.pop() if len(quals) == 1 and len(atoms) == 1 else None
+
+
 @query(on_cycle=None)
 def called_name(model: ScriptModel, site: CallSite) -> str | None:
     """The name of what a call runs, followed through aliases: `add_argument`
@@ -2260,7 +2284,7 @@ __all__ = [
     "Seq", "Mapping", "Super", "UNKNOWN_CONSTANT", "EMPTY", "Argument", "Pass",
     "value_of", "value_at", "resolved", "bind", "element_of", "entry_of", "constant_of", "binding_value",
     "attribute_of", "instance_class", "mro", "iteration_element", "call_argument", "argument_value",
-    "call_targets", "resolve_call", "constructs", "called_qual", "called_name", "is_api_call", "callee_value",
+    "call_targets", "resolve_call", "constructs", "called_qual", "called_qual_from", "called_name", "is_api_call", "callee_value",
     "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
     "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
     "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+import libcst as cst
+
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.guards import after_wandb_init, function_worlds, worlds_from_call
 from ddpcheck.model.launchers import runs_in_launcher_only
@@ -17,7 +19,7 @@ from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import LIBRARY_TRAINER, USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
-from ddpcheck.model.flow import resolve_call
+from ddpcheck.model.flow import Lib, called_qual_from, resolve_call, resolved_atoms, value_of
 
 _WHY = {
     "save": "every rank writes the same checkpoint to the same path at once: N-fold I/O and, when the writes interleave, a corrupt file",
@@ -33,9 +35,10 @@ _WHY = {
 WRITE_NEED = (("save", "SummaryWriter", "wandb", "save_pretrained"),)
 
 
-def checkpoint_write(site: CallSite) -> str | None:
-    """The kind of every-rank write a call is, or None."""
-    q = site.qual or ""
+def checkpoint_write(site: CallSite, qual: str | None = None) -> str | None:
+    """The kind of every-rank write a call is, or None (`qual`: what the call
+    runs, when known better than as written)."""
+    q = qual or site.qual or ""
     if q.startswith("torch.") and q.rpartition(".")[2] == "save" and not is_distributed_checkpoint_save(q):
         return "save"
     if q.rpartition(".")[2] == "SummaryWriter" and ("tensorboard" in q or "tensorboardX" in q):
@@ -49,14 +52,28 @@ def checkpoint_write(site: CallSite) -> str | None:
     return None
 
 
-def write_kind(model: ScriptModel, site: CallSite) -> str | None:
-    """The kind of every-rank write a call is, or None. A `wandb.log` that
-    runs only where `wandb.run` is set logs into the run its process started:
-    the `wandb.init` is the write judged (once), not each log that follows it."""
-    kind = checkpoint_write(site)
-    if kind == "wandb" and site.qual == "wandb.log" and after_wandb_init(model, site.ctx):
+def write_kind(model: ScriptModel, site: CallSite, caller: tuple[ScriptModel, CallSite] | None = None) -> str | None:
+    """The kind of every-rank write a call is, or None; with `caller`, a call
+    of a parameter runs what that call passes (a context helper handed
+    `wandb.init`). A `wandb.log` that runs only where `wandb.run` is set logs
+    into the run its process started: the `wandb.init` is the write judged
+    (once), not each log that follows it."""
+    qual = called_qual_from(model, site, caller) if caller is not None else site.qual
+    kind = checkpoint_write(site, qual)
+    if kind == "wandb" and qual == "wandb.log" and after_wandb_init(model, site.ctx):
         return None
     return kind
+
+
+def _hands_a_write(model: ScriptModel, site: CallSite) -> bool:
+    """The call hands a writing function on (`optional(flag, wandb.init)`):
+    the function it lands in writes without naming the write itself."""
+    for a in site.node.args:
+        if isinstance(a.value, (cst.Name, cst.Attribute)) and \
+                any(checkpoint_write(site, atom.qual) for atom in resolved_atoms(value_of(model, a.value)).atoms
+                    if isinstance(atom, Lib)):
+            return True
+    return False
 
 
 def per_rank_target(model: ScriptModel, site: CallSite, kind: str) -> bool:
@@ -74,22 +91,26 @@ def per_rank_target(model: ScriptModel, site: CallSite, kind: str) -> bool:
 
 
 def writes_on_every_rank(model: ScriptModel, fn: FunctionInfo, depth: int = 0,
-                         frames: tuple[tuple[ScriptModel, CallSite], ...] = ()) -> CallSite | None:
-    """A write a function performs whatever rank calls it (no guard inside).
-    `frames`: the calls that run `fn`, innermost first; a guard on one of its
-    parameters is judged by what they pass."""
+                         frames: tuple[tuple[ScriptModel, CallSite], ...] = ()) -> tuple[CallSite, str] | None:
+    """A write a function performs whatever rank calls it (no guard inside):
+    the call of `fn` that leads to it, and the kind of write. `frames`: the
+    calls that run `fn`, innermost first; a guard on one of its parameters is
+    judged by what they pass, and a call of a parameter runs what the
+    innermost passes."""
     if DN not in function_worlds(model, fn):
         return None
     for c in model.calls_in(fn):
         if DN not in worlds_from_call(model, c.ctx, fn, frames):
             continue
-        kind = write_kind(model, c)
+        kind = write_kind(model, c, frames[0] if frames else None)
         if kind and not per_rank_target(model, c, kind):
-            return c
+            return c, kind
         if depth < 2:
-            target = resolve_call(model, c, WRITE_NEED)
-            if target is not None and writes_on_every_rank(target[0], target[1], depth + 1, ((model, c), *frames)):
-                return c
+            target = resolve_call(model, c, () if _hands_a_write(model, c) else WRITE_NEED)
+            inner = writes_on_every_rank(target[0], target[1], depth + 1, ((model, c), *frames)) \
+                if target is not None else None
+            if inner is not None:
+                return c, inner[1]
     return None
 
 
@@ -127,9 +148,10 @@ class UnguardedSave(Rule):
             target = resolve_call(model, site, WRITE_NEED)
             if target is None or target[0] is model:
                 continue   # same-file helpers are reported at their own write
-            inner = writes_on_every_rank(*target, frames=((model, site),))
-            if inner is not None and other_ranks_reach(model, site.ctx):
+            found = writes_on_every_rank(*target, frames=((model, site),))
+            if found is not None and other_ranks_reach(model, site.ctx):
+                inner, kind = found
                 yield Hit(site.node, message=(
                     f"`{site.func}(...)` ({os.path.relpath(target[0].path)}) writes with `{inner.func}(...)` without a rank guard, "
-                    f"and this call runs on every rank: {_WHY.get(checkpoint_write(inner) or 'save')}"
+                    f"and this call runs on every rank: {_WHY[kind]}"
                 ))

@@ -5,7 +5,7 @@ helper modules, re-exports, star imports."""
 
 from __future__ import annotations
 
-from ddpcheck.model.flow import call_targets, resolve_call, value_at
+from ddpcheck.model.flow import call_targets, called_qual_from, resolve_call, value_at
 from tests.conftest import write
 from tests.semantics.helpers import build_file, marked
 
@@ -75,3 +75,30 @@ def test_a_library_name_is_never_parsed_as_a_helper(tmp_path):
     model = build_file(train)
     site = next(c for c in model.calls if c.func == "torch.save")
     assert call_targets(model, site) == ()
+
+
+def test_a_call_of_a_parameter_runs_what_the_caller_passes(tmp_path):
+    write(tmp_path / "ctx.py", "from contextlib import contextmanager\n"
+                               "@contextmanager\n"
+                               "def maybe(flag, manager, *args, **kwargs):\n"
+                               "    if flag:\n"
+                               "        with manager(*args, **kwargs):\n"
+                               "            yield\n"
+                               "    else:\n"
+                               "        yield\n"
+                               "def rebinding(flag, manager):\n"
+                               "    manager = print\n"
+                               "    manager()\n")
+    train = write(tmp_path / "train.py", "import wandb\nfrom ctx import maybe, rebinding\n"
+                                         "with maybe(True, wandb.init, project='p'):\n    pass\n"
+                                         "rebinding(True, wandb.init)\n")
+    model = build_file(train)
+    outer = next(c for c in model.calls if c.func == "maybe")
+    tmodel, fn = resolve_call(model, outer)
+    inner = next(c for c in tmodel.calls_in(fn) if c.func == "manager")
+    assert called_qual_from(tmodel, inner, (model, outer)) == "wandb.init"
+    assert called_qual_from(tmodel, inner, None) is None   # no caller: unknown
+    other = next(c for c in model.calls if c.func == "rebinding")
+    rmodel, rfn = resolve_call(model, other)
+    rebound = next(c for c in rmodel.calls_in(rfn) if c.func == "manager")
+    assert called_qual_from(rmodel, rebound, (model, other)) == "print"   # rebound: not what was passed
