@@ -75,9 +75,15 @@ def target_paths(node: cst.BaseExpression, path: tuple[int, ...] = ()) -> list[t
 
 
 def _literally_true(test: cst.BaseExpression) -> bool:
-    """`while True:` / `while 1:`: the loop only ends by `break`."""
+    """`while True:` / `while 1:` (the loop only ends by `break`), `if True:`."""
     return (isinstance(test, cst.Name) and test.value == "True") or (
         isinstance(test, cst.Integer) and test.value not in ("0", "0x0", "0o0", "0b0"))
+
+
+def _literally_false(test: cst.BaseExpression) -> bool:
+    """`if False:` / `if 0:` / `if None:`."""
+    return (isinstance(test, cst.Name) and test.value in ("False", "None")) or (
+        isinstance(test, cst.Integer) and test.value in ("0", "0x0", "0o0", "0b0"))
 
 
 def _params_of(node: cst.Parameters) -> list[tuple[cst.Param, str]]:
@@ -497,11 +503,15 @@ class ScriptBuilder:
         yield from self._read(node.test)
         flow = self.flow
         before = flow.fork()
+        if _literally_false(node.test):
+            flow.end_path()   # `if False:` / `if 0:`: the body never runs
         self.visit_If_body(node)
         yield node.body
         self.leave_If_body(node)
         body_end = flow.arm_state()
         flow.start_arm(before)
+        if _literally_true(node.test):
+            flow.end_path()   # `if True:` (imports grouped after a sys.path change): the body always runs
         if node.orelse is not None:
             self.visit_If_orelse(node)
             yield node.orelse.body if isinstance(node.orelse, cst.Else) else node.orelse

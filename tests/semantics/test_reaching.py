@@ -34,6 +34,15 @@ def test_an_arm_that_leaves_does_not_flow_on():
     assert reaching("x = 0\nif c:\n    x = 1\n    raise ValueError\nuse(x)\n") == {"0"}
 
 
+def test_a_literally_true_or_false_test_takes_one_arm():
+    # `if True:` groups imports after a sys.path change: the body always runs
+    assert reaching("if True:\n    import torch\nuse(torch)\n") == {"import:torch"}
+    assert reaching("x = 0\nif 1:\n    x = 1\nelse:\n    x = 2\nuse(x)\n") == {"1"}
+    assert reaching("x = 0\nif False:\n    x = 1\nuse(x)\n") == {"0"}
+    # any other test: both arms
+    assert reaching("x = 0\nif flag:\n    x = 1\nuse(x)\n") == {"0", "1"}
+
+
 def test_a_loop_reads_what_its_previous_iteration_bound():
     assert reaching("x = 0\nfor i in r:\n    use(x)\n    x = 1\n") == {"0", "1"}
     # bound earlier in the same iteration: the earlier value cannot reach
