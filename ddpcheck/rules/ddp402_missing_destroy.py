@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.model.distributed import is_init_call, script_destroys
+from ddpcheck.model.distributed import INIT_NEED, is_init_call, script_destroys
 from ddpcheck.model.flow import constant_of
-from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.flow import resolve_call
+from ddpcheck.model.script import CallSite, ScriptModel
 from ddpcheck.model.reach import script_reaches
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import destroy_edit
@@ -20,6 +21,23 @@ def _gloo(model: ScriptModel, site) -> bool:
     backend = site.arg("backend", 0)
     value = constant_of(model, backend, site.ctx.function) if backend is not None else None
     return isinstance(value, str) and value.lower() == "gloo"
+
+
+_GLOO = ("a gloo group left to the interpreter's exit can abort a rank there (\"terminate called without an "
+         "active exception\", SIGABRT), and the launcher then reports the job as failed after it finished")
+_NCCL = ("since PyTorch 2.4 every rank prints a warning about it at exit, pending NCCL operations are not waited "
+         "for, and in rare cases a rank that exits first blocks the others' progress")
+
+
+def starting_helper(model: ScriptModel, site: CallSite) -> tuple[ScriptModel, CallSite] | None:
+    """The call runs a function of another module of the tree whose own body
+    starts the process group (`misc.init_distributed_mode(args)`): that
+    module and its init_process_group call."""
+    target = resolve_call(model, site, INIT_NEED)
+    if target is None or target[0] is model:
+        return None
+    tmodel, fn = target
+    return next(((tmodel, c) for c in tmodel.calls_in(fn) if is_init_call(tmodel, c)), None)
 
 
 @register
@@ -40,8 +58,15 @@ class MissingDestroy(Rule):
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
         inits = [c for c in model.calls if is_init_call(model, c) and script_reaches(model, c.ctx.function)]
-        if not inits or script_destroys(model) is not False:
+        helpers = [] if inits else [(c, t) for c in model.calls if script_reaches(model, c.ctx.function)
+                                    for t in [starting_helper(model, c)] if t is not None]
+        if not (inits or helpers) or script_destroys(model) is not False:
             return
+        for site, (hmodel, init) in helpers:
+            yield Hit(site.node, message=(
+                f"`{site.func}(...)` ({hmodel.file_name}) starts a process group with `{init.func}(...)` that this "
+                "script never destroys (no `destroy_process_group()` here or in a helper it calls): "
+                + (_GLOO if _gloo(hmodel, init) else _NCCL)))
         for site in inits:
             if _gloo(model, site):
                 why = ("a gloo group left to the interpreter's exit can abort a rank there (\"terminate called "
