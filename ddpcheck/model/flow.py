@@ -62,7 +62,7 @@ import libcst as cst
 from ddpcheck.model.dataflow import Entry
 from ddpcheck.model.library import (
     BUILTINS, CLASS_METHOD, ELEMENTS_OF_FIRST, ITERABLE_KEYWORDS, ITERATION_WRAPPERS, MANAGED_LOADERS,
-    NOT_ITERATING, PROPERTY, RETURNS_FIRST_ARGUMENT, RETURNS_RECEIVER, STATIC,
+    NOT_ITERATING, PROPERTY, RETURNS_COPY_OF_FIRST_ARGUMENT, RETURNS_FIRST_ARGUMENT, RETURNS_RECEIVER, STATIC,
 )
 from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name, is_torch_api
@@ -1103,7 +1103,8 @@ def _member_call(model: ScriptModel, site: CallSite, callee: Member) -> Value:
 
 def _library_call(model: ScriptModel, site: CallSite, qual: str) -> Value:
     node = site.node
-    if qual.rpartition(".")[2] in RETURNS_FIRST_ARGUMENT and node.args and not node.args[0].star:
+    if (qual.rpartition(".")[2] in RETURNS_FIRST_ARGUMENT or qual in RETURNS_COPY_OF_FIRST_ARGUMENT) and \
+            node.args and not node.args[0].star:
         return _value(model, node.args[0].value)
     if qual == "dict":
         entries = []

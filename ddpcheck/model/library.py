@@ -21,6 +21,13 @@ RETURNS_RECEIVER = frozenset({
 # DDP wrapper it was given).
 RETURNS_FIRST_ARGUMENT = frozenset({"convert_sync_batchnorm", "convert_syncbn_model"})
 
+# Library functions that return a copy of their first argument: an object of
+# the same kind, holding what it held (`best_model = copy.deepcopy(model)`
+# of a DDP-wrapped model is a wrapper too: its state_dict keys carry `module.`).
+# The engine gives the copy the objects of the original; what the rules judge
+# is their kind, never their identity.
+RETURNS_COPY_OF_FIRST_ARGUMENT = frozenset({"copy.deepcopy", "copy.copy"})
+
 # Calls whose iteration is the iteration of their arguments: `enumerate(loader)`,
 # `tqdm(loader)`, a prefetcher around the loader.
 ITERATION_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "cycle", "chain", "islice",
@@ -48,5 +55,5 @@ PROPERTY = frozenset({"property", "cached_property", "functools.cached_property"
 BUILTINS = frozenset(dir(builtins))
 
 
-__all__ = ["RETURNS_RECEIVER", "RETURNS_FIRST_ARGUMENT", "ITERATION_WRAPPERS", "NOT_ITERATING", "MANAGED_LOADERS", "ITERABLE_KEYWORDS",
+__all__ = ["RETURNS_RECEIVER", "RETURNS_FIRST_ARGUMENT", "RETURNS_COPY_OF_FIRST_ARGUMENT", "ITERATION_WRAPPERS", "NOT_ITERATING", "MANAGED_LOADERS", "ITERABLE_KEYWORDS",
            "ELEMENTS_OF_FIRST", "STATIC", "CLASS_METHOD", "PROPERTY", "BUILTINS"]

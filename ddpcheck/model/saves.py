@@ -107,11 +107,12 @@ class _Collector:
     def name(self, key: str, scope: FunctionInfo | None, depth: int) -> None:
         """What the checkpoint dict under `key` was filled with before the save."""
         for a in self.model.assigns_in(scope):
-            if a.value is None or not (a.key == key or a.key.startswith(key + "[")):
+            written = a.written
+            if written is None or not (a.key == key or a.key.startswith(key + "[")):
                 continue
             if a.ctx.order > self.sink.ctx.order:
                 continue
-            self.expr(a.value, scope, depth + 1)
+            self.expr(written, scope, depth + 1)
 
 
 def saved_state_dicts(model: ScriptModel, sink: CallSite, told_apart: ToldApart,

@@ -154,6 +154,22 @@ class Assign:
         """The expression the bound value comes from (the whole right-hand side when unpacked)."""
         return self.value if self.value is not None else (self.unpacked[0] if self.unpacked else None)
 
+    @property
+    def written(self) -> cst.BaseExpression | None:
+        """The expression written for this key: the value, or, unpacked from a
+        tuple or list written on the right-hand side, its element
+        (`best, best_model = acc, copy.deepcopy(net)` gives `best_model` the
+        `copy.deepcopy(net)`); None when the element is not written out."""
+        if self.value is not None:
+            return self.value
+        expr = self.unpacked[0] if self.unpacked else None
+        for index in self.path or ():
+            if not isinstance(expr, (cst.Tuple, cst.List)) or \
+                    any(isinstance(e, cst.StarredElement) for e in expr.elements) or index >= len(expr.elements):
+                return None
+            expr = expr.elements[index].value
+        return expr if self.path else None
+
 
 @dataclass(eq=False)
 class Binding:

@@ -49,6 +49,24 @@ def test_methods_that_return_their_object():
         assert made(code) == {"DDP"}, method
 
 
+def test_a_copy_holds_the_objects_of_what_it_copies():
+    for copy_call in ("copy.deepcopy(model)", "copy.copy(model)"):
+        code = f"import copy\nmodel = DDP(net)\nbest = {copy_call}\nuse(best)\n"
+        assert made(code) == {"DDP"}, copy_call
+    assert made("from copy import deepcopy\nmodel = DDP(net)\nuse(deepcopy(model))\n") == {"DDP"}
+    # a `.copy()` method of an unknown object is not a copy the engine knows
+    assert made("model = DDP(net)\nuse(model.module.copy())\n") == {"model.module.copy"}
+
+
+def test_an_element_of_a_written_tuple_is_what_the_assignment_writes():
+    from ddpcheck.model.script import Assign
+
+    m = build("best, best_ep, best_model = acc, ep, copy.deepcopy(net)\na, b = pair\n")
+    written = {a.key: a.written for a in m.assigns if isinstance(a, Assign)}
+    assert m.module.code_for_node(written["best_model"]) == "copy.deepcopy(net)"
+    assert written["a"] is None   # unpacked from something not written out
+
+
 # -- calls ------------------------------------------------------------------------
 
 def test_a_call_holds_what_the_function_returns_its_parameters_bound():
