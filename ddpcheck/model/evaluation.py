@@ -12,7 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-from ddpcheck.model.flow import every_pass
+import libcst as cst
+
+from ddpcheck.model.flow import Pass, argument_expr, bindings_seen, every_pass, resolve_call
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel
 from ddpcheck.model.values import LoaderInfo
@@ -54,6 +56,8 @@ def loader_loops(model: ScriptModel, loader: LoaderInfo) -> tuple[LoaderLoop, ..
     for fn, p in every_pass(model):
         if p.loop is None or not p.consumed.holds(loader.model, loader.site):
             continue
+        if loader.binding is not None and not _fed_by(model, p, loader.binding):
+            continue   # a pass over what another call of the same builder returned
         # the pass seen from the function holding the loader (its first call hands the loader
         # on), else from the function nearest the loop
         rank = (fn is not loader.scope, len(p.via))
@@ -61,6 +65,53 @@ def loader_loops(model: ScriptModel, loader: LoaderInfo) -> tuple[LoaderLoop, ..
         if known is None or rank < known[0]:
             found[id(p.loop.node)] = (rank, LoaderLoop(p.loop_model, p.loop, p.via[0] if p.via else None))
     return tuple(loop for _, loop in found.values())
+
+
+def _reads_binding(model: ScriptModel, expr: cst.CSTNode, binding) -> bool:
+    """Some name or attribute read in `expr` can see `binding`."""
+    stack = [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Name, cst.Attribute)) and id(node) in model.reach and \
+                any(b is binding for b in bindings_seen(model, node)):
+            return True
+        stack.extend(node.children)
+    return False
+
+
+def _fed_by(model: ScriptModel, p: Pass, binding) -> bool:
+    """The pass iterates what `binding` (an assignment of this file) holds:
+    its loop reads a name bound there, or the call of this file that leads to
+    it passes such a name (for the parameter the loop iterates, when the loop
+    is in the function that call runs)."""
+    if not p.via:
+        return p.loop_model is model and _reads_binding(model, p.loop.iter, binding)
+    first = p.via[0]
+    if len(p.via) == 1:
+        target = resolve_call(model, first)
+        if target is not None and target[0] is p.loop_model:
+            fn = target[1]
+            params = [n.value for n in _names(p.loop.iter) if n.value in fn.params]
+            if params:
+                for param in params:
+                    bound, arg = argument_expr(first, fn, param)
+                    if bound and arg is not None and _reads_binding(model, arg, binding):
+                        return True
+                return False
+    return any(not a.star and _reads_binding(model, a.value, binding) for a in first.node.args)
+
+
+def _names(expr: cst.CSTNode) -> list[cst.Name]:
+    out, stack = [], [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, cst.Name):
+            out.append(node)
+        elif isinstance(node, cst.Attribute):
+            stack.append(node.value)   # `loader.dataset`: the object, not the attribute's name
+        else:
+            stack.extend(node.children)
+    return out
 
 
 def _eval_function(fn: FunctionInfo | None) -> bool:

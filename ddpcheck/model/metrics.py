@@ -16,8 +16,9 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.model.memo import query
+from ddpcheck.model.names import dotted_name
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.model.flow import call_sites_of, callees, result_dropped
+from ddpcheck.model.flow import call_sites_of, callees, instance_class, mro, result_dropped, value_of
 
 REDUCTION_NAME = re.compile(r"reduce|gather|synchroni[sz]e|(^|_)sync(_|$)|sync_between|average_across|across_processes",
                             re.I)
@@ -71,6 +72,54 @@ def class_reduces(model: ScriptModel, class_name: str) -> bool:
     return any(is_reduction(c) for c in model.calls if c.ctx.class_name == class_name)
 
 
+# Methods of a metric object that add one batch to its running state.
+ACCUMULATING_METHODS = ("update", "__call__", "add", "add_batch", "accumulate", "step")
+
+
+@query(on_cycle=False)
+def method_accumulates(model: ScriptModel, fn: FunctionInfo) -> bool:
+    """The method adds to its object's own state: `self.correct += ...`,
+    `self.preds.append(...)` (itself, or a method of the object it calls)."""
+    for a in model.assigns_in(fn):
+        if a.augmented is not None and a.key.startswith("self."):
+            return True
+    for c in model.calls_in(fn):
+        receiver = c.receiver
+        if receiver is None:
+            continue
+        name = dotted_name(receiver) or ""
+        if c.attr in ("append", "extend") and name.startswith("self."):
+            return True
+        if name == "self" and fn.class_name is not None:
+            cls = next((k for k in model.classes if k.name == fn.class_name and fn in k.all_methods), None)
+            target = cls.methods.get(c.attr or "") if cls is not None else None
+            if target is not None and target is not fn and method_accumulates(model, target):
+                return True
+    return False
+
+
+def accumulating_object(model: ScriptModel, expr: cst.BaseExpression, method: str) -> bool:
+    """`expr` holds an object of a class of the tree that keeps a running
+    metric and never reduces it: named like a meter (`AverageMeter`), or its
+    `method` (`update`, `__call__`) adds to its own attributes."""
+    for atom in value_of(model, expr).made:
+        cls = instance_class(atom.model, atom)
+        if cls is None:
+            continue
+        cmodel, info = cls
+        if class_reduces(cmodel, info.name):
+            continue
+        if METER_CLASS.search(info.name):
+            return True
+        for m, c in mro(cmodel, info):
+            fn = c.methods.get(method)
+            if fn is not None:
+                if method_accumulates(m, fn):
+                    return True
+                break
+    return False
+
+
 @dataclass(frozen=True)
 class Accumulator:
     key: str          # `correct`, `self.total_loss`, `top1`
@@ -83,5 +132,5 @@ class Accumulator:
 
 __all__ = [
     "is_reduction", "function_reduces", "is_report", "class_reduces",
-    "Accumulator", "METER_CLASS",
+    "Accumulator", "METER_CLASS", "ACCUMULATING_METHODS", "accumulating_object", "method_accumulates",
 ]

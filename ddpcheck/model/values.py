@@ -9,14 +9,14 @@ helper, a class of the tree that derives from DistributedSampler."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Iterator
 
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    LOADER_NEED, Class, Value, call_argument, call_targets, callee_value, element_of, instance_of, is_api_call,
-    library_bases, mro, resolved, value_of,
+    LOADER_NEED, Class, Made, Value, call_argument, call_targets, callee_value, element_of, instance_of,
+    is_api_call, library_bases, mro, resolved, value_of,
 )
 from ddpcheck.model.library import RETURNS_RECEIVER
 from ddpcheck.model.memo import query
@@ -122,6 +122,9 @@ class LoaderInfo:
     holder: FunctionInfo | None = None
     held: bool = False   # holder was given (None then means module level)
     via: CallSite | None = None   # for a held loader: the call of the asking file that built it
+    # for a held loader: the assignment holding it (one builder called twice, for the training and
+    # the evaluation data, makes one object per call: each holder is a loader of its own)
+    binding: object = field(default=None, compare=False, repr=False)
 
     @property
     def scope(self) -> FunctionInfo | None:
@@ -216,14 +219,55 @@ def _held_loaders(model: ScriptModel) -> tuple[LoaderInfo, ...]:
             continue
         held = value_of(model, a.value) if a.value is not None else element_of(model, a.unpacked[0], a.unpacked[1])
         for atom in held.made_by("DataLoader"):
-            if id(atom.site) in seen or (atom.model is model and atom.site.ctx.function is a.ctx.function):
+            if (id(atom.site), id(a)) in seen or (atom.model is model and atom.site.ctx.function is a.ctx.function):
                 continue
             inner = next((l for l in loaders(atom.model) if l.site is atom.site), None)
             if inner is not None:
-                seen.add(id(atom.site))
+                seen.add((id(atom.site), id(a)))
                 result.append(LoaderInfo(atom.model, atom.site, a.key, inner.samplers, inner.batch_sampler_keys,
-                                         inner.batch_sampler_sizes, holder=a.ctx.function, held=True, via=site))
+                                         inner.batch_sampler_sizes, holder=a.ctx.function, held=True, via=site,
+                                         binding=a))
     return tuple(result)
+
+
+def sharded_held_loaders(model: ScriptModel) -> list[LoaderInfo]:
+    """The held loaders (held_loaders) that held_sharded_for_sure keeps."""
+    return [h for h in held_loaders(model) if held_sharded_for_sure(model, h)]
+
+
+def held_sharded_for_sure(model: ScriptModel, loader: LoaderInfo) -> bool:
+    """A loader a name of this file holds from a builder (held_loaders) that is
+    this DataLoader and no other on every path, fed by a DistributedSampler on
+    every path of the builder: `build_loader(ds, mode="val")` whose body
+    always makes `DistributedSampler(ds, shuffle=(mode == "train"))`. A
+    builder that picks its loader or its sampler by an argument (`if mode ==
+    "train": ... else: ...`) leaves which one this call gets unknown."""
+    a = loader.binding
+    if not loader.held or a is None:
+        return False
+    held = value_of(model, a.value) if a.value is not None else element_of(model, a.unpacked[0], a.unpacked[1])
+    if not held.known or len(held.made_by("DataLoader")) != 1:
+        return False
+    m, site = loader.model, loader.site
+    sampler = call_argument(m, site, "sampler", 3)
+    if sampler is None:
+        batch = call_argument(m, site, "batch_sampler", 4)
+        if batch is None:
+            return False
+        batch = resolved(m, batch)
+        if not batch.known or not batch.atoms or not all(isinstance(x, Made) and x.is_api("BatchSampler")
+                                                         for x in batch.atoms):
+            return False
+        return all(_only_distributed(x.model, call_argument(x.model, x.site, "sampler", 0)) for x in batch.atoms)
+    return _only_distributed(m, sampler)
+
+
+def _only_distributed(model: ScriptModel, value: Value | None) -> bool:
+    if value is None:
+        return False
+    value = resolved(model, value)
+    return value.known and bool(value.atoms) and all(
+        isinstance(x, Made) and instance_of(x, "DistributedSampler") for x in value.atoms)
 
 
 # -- wrapped models --------------------------------------------------------------
@@ -305,6 +349,6 @@ def wraps_before(model: ScriptModel, key: str, site: CallSite, kind: str | None 
 
 
 __all__ = [
-    "call_arg", "loaders", "held_loaders", "wraps", "distributed_samplers", "samplers_in", "is_api_call",
+    "call_arg", "loaders", "held_loaders", "held_sharded_for_sure", "sharded_held_loaders", "wraps", "distributed_samplers", "samplers_in", "is_api_call",
     "exclusive", "key_of", "call_site", "EVAL_NAME", "direct_values",
 ]

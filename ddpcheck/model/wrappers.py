@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.flow import Member, Value, arguments_for, bindings_seen, constant_of, loops_in, value_of
+from ddpcheck.model.flow import (
+    Member, Value, arguments_for, bindings_seen, constant_of, epoch_passes, loops_in, resolve_call, value_of,
+)
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
 from ddpcheck.model.reads import reads
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
-from ddpcheck.model.values import WrapInfo, wraps
+from ddpcheck.model.values import LoaderInfo, WrapInfo, loaders, wraps
 from ddpcheck.model.script import exclusive
 from ddpcheck.model.guards import worlds
 
@@ -378,6 +380,44 @@ def project_strips_prefix(model: ScriptModel) -> bool:
     return False
 
 
-__all__ = ["wrapper_held", "wraps_held", "wrapped_by_another_method", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
+@query(on_cycle=())
+def loaders_trained_through_calls(model: ScriptModel) -> tuple[tuple[CallSite, LoaderInfo], ...]:
+    """The DataLoaders made in another module that a call of this file hands
+    the DDP wrapper to iterates once per epoch (`train(dataset, model, dev)`
+    whose `train_epoch` builds `DataLoader(dataset, ...)` each epoch): the
+    call of this file that crosses into that module, and the loader."""
+    found: list[tuple[CallSite, LoaderInfo]] = []
+    seen: set[tuple[int, int]] = set()
+    for p in epoch_passes(model):
+        for atom in p.consumed.made_by("DataLoader"):
+            if atom.model is model:
+                continue
+            for call in p.via:
+                if model.site_of.get(id(call.node)) is not call:
+                    continue
+                target = resolve_call(model, call)
+                if target is None or target[0] is model:
+                    continue
+                if (id(call.node), id(atom.site)) in seen or not _hands_ddp(model, call):
+                    break
+                loader = next((l for l in loaders(atom.model) if l.site is atom.site), None)
+                if loader is not None:
+                    seen.add((id(call.node), id(atom.site)))
+                    found.append((call, loader))
+                break
+    return tuple(found)
+
+
+def _hands_ddp(model: ScriptModel, call: CallSite) -> bool:
+    for a in call.node.args:
+        if a.star:
+            continue
+        found = wrapper_in(model, a.value, call.ctx)
+        if found is not None and found[0].kind == "DistributedDataParallel":
+            return True
+    return False
+
+
+__all__ = ["loaders_trained_through_calls", "wrapper_held", "wraps_held", "wrapped_by_another_method", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
            "prefixes_key", "adds_prefix", "unwrapped_fallback",
            "tells_wrapper_apart", "renames_prefix_on_load", "project_strips_prefix"]

@@ -12,6 +12,8 @@ from ddpcheck.model.flow import (
 )
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.values import LoaderInfo, exclusive, loaders, wraps
+from ddpcheck.model.wrappers import loaders_trained_through_calls
+from ddpcheck.model.positions import line_of
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
 from ddpcheck.model.reach import other_ranks_reach
@@ -111,36 +113,56 @@ class MissingDistributedSampler(Rule):
             return
         for loader in loaders(model):
             site = loader.site
-            if loader.samplers or loader.key is None:
+            if not _unsharded_training_loader(model, loader, ddp):
                 continue
-            if not (worlds(model, site.ctx) & {D0, DN}):
-                continue   # the `else` of `if args.distributed:`: a single process reads everything, rightly
-            if all(exclusive(w.site.ctx, site.ctx) for w in ddp):
-                continue   # `if opts.dist_mode == "ddp": ... else: <here>`: the loader of the DataParallel/1-GPU arm
-            if is_eval_loader(model, loader):
-                continue
-            if any(other.samplers and other.site.ctx.function is site.ctx.function
-                   and exclusive(other.site.ctx, site.ctx) for other in loaders(model)):
-                continue   # a builder's other arm shards (`if tag == "train": ... sampler=...`): which runs is the caller's
             scope = site.ctx.function
             if not other_ranks_reach(model, site.ctx) and not any(w.site.ctx.function is scope for w in ddp):
                 continue   # a function the script never runs (`inference()`), apart from the training code
             trains = bool(TRAIN_NAME.search(loader.key)) or consumed_per_epoch(model, site)
             if not trains or _rebound_before_every_pass(model, loader):
                 continue
-            kinds = {_kind(model, call_argument(model, site, "sampler", 3)),
-                     _kind(model, call_argument(model, site, "batch_sampler", 4))}
-            if KIND_UNKNOWN in kinds or KIND_DISTRIBUTED in kinds:
-                continue
-            if _self_sharded(model, loader):
-                continue
             yield Hit(site.node, message=(
                 f"`{loader.key}` feeds a model wrapped in DistributedDataParallel but has no DistributedSampler: "
-                "every rank iterates the whole data set, so each epoch does W times the work (and W times the "
-                "steps an epoch-based schedule expects) while DDP averages gradients of near-identical batches; "
-                "a single GPU would train just as far"
-            ), fix=(
-                f"shard it: `sampler = DistributedSampler(dataset) if args.distributed else None`, "
-                f"`{loader.key} = DataLoader(dataset, sampler=sampler, shuffle=(sampler is None), ...)`, and call "
-                "`sampler.set_epoch(epoch)` at the start of each epoch"
-            ))
+                f"{_WHY}"), fix=_fix(loader.key))
+        for call, loader in loaders_trained_through_calls(model):
+            if not other_ranks_reach(model, call.ctx) or all(exclusive(w.site.ctx, call.ctx) for w in ddp) or \
+                    not _unsharded_training_loader(loader.model, loader, ()):
+                continue
+            yield Hit(call.node, message=(
+                f"`{call.func}(...)` ({loader.model.file_name}) trains the DistributedDataParallel model passed here "
+                f"on `{loader.key}`, a DataLoader it makes (line {line_of(loader.model, loader.site.node)}) "
+                f"with no DistributedSampler: {_WHY}"), fix=_fix(loader.key))
+
+
+_WHY = ("every rank iterates the whole data set, so each epoch does W times the work (and W times the "
+        "steps an epoch-based schedule expects) while DDP averages gradients of near-identical batches; "
+        "a single GPU would train just as far")
+
+
+def _fix(key: str) -> str:
+    return (f"shard it: `sampler = DistributedSampler(dataset) if args.distributed else None`, "
+            f"`{key} = DataLoader(dataset, sampler=sampler, shuffle=(sampler is None), ...)`, and call "
+            "`sampler.set_epoch(epoch)` at the start of each epoch")
+
+
+def _unsharded_training_loader(model: ScriptModel, loader: LoaderInfo, ddp) -> bool:
+    """A loader of `model` with no sampler that shards, not an evaluation
+    loader, in the arm that runs distributed (`ddp`: the wraps of its file,
+    whose other arm it must not be in)."""
+    site = loader.site
+    if loader.samplers or loader.key is None:
+        return False
+    if not (worlds(model, site.ctx) & {D0, DN}):
+        return False   # the `else` of `if args.distributed:`: a single process reads everything, rightly
+    if ddp and all(exclusive(w.site.ctx, site.ctx) for w in ddp):
+        return False   # `if opts.dist_mode == "ddp": ... else: <here>`: the loader of the DataParallel/1-GPU arm
+    if is_eval_loader(model, loader):
+        return False
+    if any(other.samplers and other.site.ctx.function is site.ctx.function
+           and exclusive(other.site.ctx, site.ctx) for other in loaders(model)):
+        return False   # a builder's other arm shards (`if tag == "train": ... sampler=...`): which runs is the caller's
+    kinds = {_kind(model, call_argument(model, site, "sampler", 3)),
+             _kind(model, call_argument(model, site, "batch_sampler", 4))}
+    if KIND_UNKNOWN in kinds or KIND_DISTRIBUTED in kinds:
+        return False
+    return not _self_sharded(model, loader)

@@ -11,7 +11,7 @@ from ddpcheck.model.evaluation import is_eval_loader, loader_loops
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.reads import reads
-from ddpcheck.model.values import LoaderInfo, loaders
+from ddpcheck.model.values import LoaderInfo, loaders, sharded_held_loaders
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
@@ -86,14 +86,21 @@ class EvalSamplerPadding(Rule):
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
         reported: set[int] = set()
-        for loader in loaders(model):
+        for loader in loaders(model) + sharded_held_loaders(model):
             padded = [s for s in loader.samplers if s.drop_last is False]
             if not padded or not is_eval_loader(model, loader):
                 continue
             if not loader_loops(model, loader) or _aware(model, loader):
                 continue   # consumed only by code we cannot see, or the script handles the repeats
             for s in padded:
-                node = s.site.node if s.model is model else loader.site.node
+                if s.model is model:
+                    node = s.site.node
+                elif loader.model is model:
+                    node = loader.site.node
+                elif loader.via is not None:
+                    node = loader.via.node   # made by a builder of another module: the call that builds it here
+                else:
+                    continue
                 if id(node) in reported:
                     continue
                 reported.add(id(node))

@@ -8,13 +8,12 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.evaluation import LoaderLoop, is_eval_loader, loader_loops
-from ddpcheck.model.flow import instance_class, value_of
 from ddpcheck.model.metrics import (
-    METER_CLASS, Accumulator, callers_reduce_the_return, class_reduces, function_reduces, is_report,
+    ACCUMULATING_METHODS, Accumulator, accumulating_object, callers_reduce_the_return, class_reduces, function_reduces, is_report,
 )
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import loaders
+from ddpcheck.model.values import loaders, sharded_held_loaders
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
@@ -27,18 +26,25 @@ _LIST_METHODS = {"append", "extend"}
 
 
 def _entry_key(expr: cst.BaseExpression) -> str | None:
-    """`avg_meters["val_loss"]` (a dict of meters): its key, read as the dict."""
-    if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
-        container = dotted_name(expr.value)
+    """`avg_meters["val_loss"]`, `metric_dict["op"][0]` (meters in a dict or a
+    list): its key as written, read as the container."""
+    keys = []
+    while isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Index):
         entry = expr.slice[0].slice.value
-        if container is not None and isinstance(entry, cst.SimpleString):
-            return f"{container}[{entry.value}]"
-    return None
+        if not isinstance(entry, (cst.SimpleString, cst.Integer)):
+            return None
+        keys.append(entry.value)
+        expr = expr.value
+    container = dotted_name(expr)
+    if container is None or not keys:
+        return None
+    return container + "".join(f"[{k}]" for k in reversed(keys))
 
 
 def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
     """What the loop adds up: `correct += ...`, `preds.append(...)`,
-    `top1.update(...)` on a meter class of the tree that never reduces."""
+    `top1.update(...)` or `metric(pred, y)` on a metric object of the tree
+    that keeps a running value and never reduces it (model/metrics.py)."""
     loop = ll.loop
     fn = ll.function
     found: dict[str, Accumulator] = {}
@@ -46,19 +52,21 @@ def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
         if a.augmented is not None and a.ctx.inside(loop):
             found.setdefault(a.key, Accumulator(a.key, a.node))
     for c in m.calls_in(fn):
-        if not c.ctx.inside(loop) or c.receiver is None:
+        if not c.ctx.inside(loop):
             continue
-        key = dotted_name(c.receiver) or _entry_key(c.receiver)
+        if c.receiver is not None:
+            obj, method = c.receiver, c.attr
+        elif isinstance(c.node.func, (cst.Name, cst.Attribute, cst.Subscript)) and c.qual is None:
+            obj, method = c.node.func, "__call__"   # `self.metric(pred, y)`: the object's __call__
+        else:
+            continue
+        key = dotted_name(obj) or _entry_key(obj)
         if key is None or key in found:
             continue
-        if c.attr in _LIST_METHODS:
+        if method in _LIST_METHODS and obj is c.receiver:
             found[key] = Accumulator(key, c.node)
-        elif c.attr == "update":
-            for atom in value_of(m, c.receiver).made:
-                cls = instance_class(atom.model, atom)
-                if cls is not None and METER_CLASS.search(cls[1].name) and not class_reduces(cls[0], cls[1].name):
-                    found[key] = Accumulator(key, c.node)
-                    break
+        elif method in ACCUMULATING_METHODS and accumulating_object(m, obj, method):
+            found[key] = Accumulator(key, c.node)
     # loop variables are not results
     return [acc for k, acc in found.items() if k not in loop.targets]
 
@@ -134,7 +142,7 @@ class UnreducedMetric(Rule):
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
         reported: set[int] = set()
-        for loader in loaders(model):
+        for loader in loaders(model) + sharded_held_loaders(model):
             if not loader.samplers or not is_eval_loader(model, loader):
                 continue
             for ll in loader_loops(model, loader):
