@@ -13,6 +13,7 @@ from ddpcheck.model.metrics import (
 )
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
+from ddpcheck.model.flow import mro
 from ddpcheck.model.values import loaders, sharded_held_loaders
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.model.reads import reads, reads_name
@@ -54,19 +55,19 @@ def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
     for c in m.calls_in(fn):
         if not c.ctx.inside(loop):
             continue
+        uses = []
         if c.receiver is not None:
-            obj, method = c.receiver, c.attr
-        elif isinstance(c.node.func, (cst.Name, cst.Attribute, cst.Subscript)) and c.qual is None:
-            obj, method = c.node.func, "__call__"   # `self.metric(pred, y)`: the object's __call__
-        else:
-            continue
-        key = dotted_name(obj) or _entry_key(obj)
-        if key is None or key in found:
-            continue
-        if method in _LIST_METHODS and obj is c.receiver:
-            found[key] = Accumulator(key, c.node)
-        elif method in ACCUMULATING_METHODS and accumulating_object(m, obj, method):
-            found[key] = Accumulator(key, c.node)
+            uses.append((c.receiver, c.attr))
+        if isinstance(c.node.func, (cst.Name, cst.Attribute, cst.Subscript)):
+            uses.append((c.node.func, "__call__"))   # `self.metric(pred, y)`: the object's __call__
+        for obj, method in uses:
+            key = dotted_name(obj) or _entry_key(obj)
+            if key is None or key in found:
+                continue
+            if method in _LIST_METHODS and obj is c.receiver:
+                found[key] = Accumulator(key, c.node)
+            elif method in ACCUMULATING_METHODS and accumulating_object(m, obj, method):
+                found[key] = Accumulator(key, c.node)
     # loop variables are not results
     return [acc for k, acc in found.items() if k not in loop.targets]
 
@@ -113,9 +114,33 @@ def first_report(m: ScriptModel, ll: LoaderLoop, tokens: set[str]) -> tuple[cst.
             if hit:
                 candidates.append((ctx.order, value, "the `return`", hit))
     if not candidates:
-        return None
+        return _reported_by_another_method(m, fn, tokens)
     _, node, what, name = min(candidates, key=lambda c: c[0])
     return node, what, name
+
+
+def _reported_by_another_method(m: ScriptModel, fn, tokens: set[str]) -> tuple[cst.CSTNode, str, str] | None:
+    """A value the evaluation stores on its object (`self.val_acc =
+    self.metric.get()`) and another method of the class or of a base class in
+    the same file prints or logs (`log_epoch()`), with no reduction there."""
+    stored = sorted(t for t in tokens if t.startswith("self."))
+    cls = next((k for k in m.classes if fn is not None and fn in k.all_methods), None)
+    if not stored or cls is None:
+        return None
+    for cmodel, info in mro(m, cls):
+        if cmodel is not m:
+            continue
+        for method in info.all_methods:
+            if method is fn or function_reduces(m, method):
+                continue
+            for c in m.calls_in(method):
+                if not is_report(c) or not (worlds(m, c.ctx) & {D0, DN}):
+                    continue
+                names = frozenset().union(*(reads(m, a.value) for a in c.node.args))
+                hit = next((t for t in stored if reads_name(names, t)), None)
+                if hit:
+                    return c.node, f"`{c.func or c.attr}(...)` in `{method.name}()`", hit
+    return None
 
 
 def _called_through_a_value(m: ScriptModel, fn) -> bool:
