@@ -150,13 +150,15 @@ class LocalRankArg(Rule):
             return   # nobody in the project imports it: who parses it is unknown
         for user in users:
             user_model = model.project.model_for(user.path) if model.project is not None else None
-            if user.uses_deepspeed or user.reads_env:
-                continue   # DeepSpeed's launcher passes `--local_rank`; LOCAL_RANK read in the script
-            if user_model is not None and (reads_local_rank_env(user_model) or _known_args_only(user_model)
-                                           or starts_own_workers(user_model)):
-                continue   # LOCAL_RANK read by a helper it calls; unknown options set aside; no launcher
+            if user.uses_deepspeed:
+                continue   # DeepSpeed's launcher passes `--local_rank`
+            if user_model is not None and (_known_args_only(user_model) or starts_own_workers(user_model)):
+                continue   # unknown options set aside; no launcher
             commands = through_launchers(user.commands)
             breaking = [c for c in commands if c.rank_argument == "--local-rank"]
+            if not breaking and (user.reads_env or (user_model is not None and reads_local_rank_env(user_model))):
+                continue   # LOCAL_RANK read (in the script or a helper it calls), and no documented
+                # launcher passes the spelling argparse refuses (that one stops the script before)
             silent = [c for c in commands if c.sets_local_rank_env]
             hits = []
             for o in underscore:
