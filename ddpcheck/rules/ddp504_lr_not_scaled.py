@@ -12,7 +12,7 @@ from ddpcheck.model.batches import derived_from_global, reads_world
 from ddpcheck.model.evaluation import is_eval_loader
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.model.flow import Mapping, Seq, literal_entry, value_of, visible_bindings
+from ddpcheck.model.flow import Mapping, Seq, expression_at_call, literal_entry, resolve_call, value_of, visible_bindings
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.reads import reads
 from ddpcheck.model.values import held_loaders, loaders
@@ -94,11 +94,12 @@ def _plain(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | N
                for b in bindings)
 
 
-def _optimizers(model: ScriptModel) -> Iterator[tuple[CallSite, cst.BaseExpression]]:
+def _optimizers(model: ScriptModel, fn: FunctionInfo | None = None,
+                everywhere: bool = True) -> Iterator[tuple[CallSite, cst.BaseExpression]]:
     """Each optimizer of torch.optim and the learning rates it is given:
     `lr=`, or the `"lr"` of each parameter-group dict (`SGD([{"params": ...,
     "lr": args.lr}, ...])`, the list built anywhere the value engine follows)."""
-    for c in model.calls:
+    for c in (model.calls if everywhere else model.calls_in(fn)):
         q = c.qual or ""
         if not re.fullmatch(r"torch\.optim\.[A-Z]\w*", q) or c.has_star_args:
             continue
@@ -114,6 +115,48 @@ def _optimizers(model: ScriptModel) -> Iterator[tuple[CallSite, cst.BaseExpressi
                     expr = literal_entry(group, "lr") if isinstance(group, Mapping) and group.model is model else None
                     if expr is not None:
                         yield c, expr
+
+
+@query(on_cycle=())
+def optimizer_lrs(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[ScriptModel, cst.BaseExpression], ...]:
+    """The learning rates of the torch.optim optimizers that running `fn`
+    makes (itself, or a function or a constructor it calls: an optimizer
+    factory, a wrapper class creating its optimizer in `__init__`), each
+    written where it can be read: a parameter of the function that makes the
+    optimizer is followed to what the call passes, up to `fn`'s own
+    parameters."""
+    found: list[tuple[ScriptModel, cst.BaseExpression]] = [(model, lr) for _, lr in _optimizers(model, fn, False)]
+    for c in model.calls_in(fn):
+        target = resolve_call(model, c)
+        if target is None or target[1] is fn:
+            continue
+        tmodel, callee = target
+        for m, lr in optimizer_lrs(tmodel, callee):
+            if m is tmodel:
+                here = expression_at_call(model, c, tmodel, lr)
+                if here is not None:
+                    found.append((model, here))
+                    continue
+            found.append((m, lr))
+    return tuple(found)
+
+
+def _optimizers_through_calls(model: ScriptModel) -> Iterator[tuple[CallSite, ScriptModel, cst.BaseExpression]]:
+    """Optimizers made in another module by a call of this file
+    (`opt = build_optimizer(model, cfg.lr)`): the call and the learning rate,
+    written in this file where it is an argument of the call."""
+    for c in model.calls:
+        target = resolve_call(model, c)
+        if target is None or target[0] is model:
+            continue
+        tmodel, fn = target
+        for m, lr in optimizer_lrs(tmodel, fn):
+            if m is tmodel:
+                here = expression_at_call(model, c, tmodel, lr)
+                if here is not None:
+                    yield c, model, here
+                    continue
+            yield c, m, lr
 
 
 @register
@@ -132,7 +175,8 @@ class LrNotScaled(Rule):
            "batch fixed by dividing the per-GPU batch by the world size")
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
-        optimizers = list(_optimizers(model))
+        optimizers = [(opt, model, lr, lr) for opt, lr in _optimizers(model)] + [
+            (call, m, lr, lr if m is model else call.node) for call, m, lr in _optimizers_through_calls(model)]
         if not optimizers:
             return
         # loaders built here, and loaders built by a helper (in the file or a helper module) that a
@@ -142,23 +186,25 @@ class LrNotScaled(Rule):
         if not train or any(derived_from_global(l.model, l.batch_size) for l in train):
             return
         # the per-rank batch must visibly come from config (a parameter may have been divided by the caller)
-        plain = [l for l in train if _plain(l.model, l.batch_size, l.site.ctx.function)]
+        plain = [(l, b) for l, b in ((l, _batch_read_here(model, l)) for l in train) if b is not None]
         if not plain:
             return
-        loader = plain[0]
+        loader, (batch_model, batch_expr) = plain[0]
         if lr_scaled(model):
             return
-        for opt, lr in optimizers:
+        for opt, lr_model, lr, node in optimizers:
             if not (worlds(model, opt.ctx) & {D0, DN}):
                 continue
-            if not _plain(model, lr, opt.ctx.function):
+            if not _plain(lr_model, lr, opt.ctx.function):
                 return
-            if _documented(model, lr):
+            if lr_model is model and _documented(model, lr):
                 return
-            lr_text = _code(model, lr)
-            batch = _code(loader.model, loader.batch_size)
-            yield Hit(lr, message=(
-                f"`{lr_text}` is used unchanged although each rank loads `{batch}` samples per step from "
+            lr_text = _code(lr_model, lr)
+            batch = _code(batch_model, batch_expr)
+            made = "" if lr_model is model and node is lr else \
+                f" by `{opt.func or 'this call'}(...)` ({lr_model.file_name})"
+            yield Hit(node, message=(
+                f"`{lr_text}`{made} is used unchanged although each rank loads `{batch}` samples per step from "
                 f"`{loader.key or 'the DistributedSampler loader'}`: the effective batch is {batch} x world size "
                 "(8x on 8 GPUs) and nothing in the script scales the learning rate with it, so a value tuned on "
                 "one GPU under-trains on many (or the run depends on the GPU count)"
@@ -168,6 +214,18 @@ class LrNotScaled(Rule):
                 f"`{batch}` by W"
             ))
             return
+
+
+def _batch_read_here(model: ScriptModel, loader) -> tuple[ScriptModel, cst.BaseExpression] | None:
+    """The loader's per-rank batch where it is plain config or a literal: as
+    the builder writes it, or, a parameter of a builder of another module, as
+    the call of this file passes it (`build_loader(ds, cfg.batch_size)`)."""
+    expr = loader.batch_size
+    if loader.held and loader.via is not None and loader.model is not model:
+        here = expression_at_call(model, loader.via, loader.model, expr)
+        if here is not None:
+            return (model, here) if _plain(model, here, loader.via.ctx.function) else None
+    return (loader.model, expr) if _plain(loader.model, expr, loader.site.ctx.function) else None
 
 
 def _documented(model: ScriptModel, lr: cst.BaseExpression) -> bool:
