@@ -55,7 +55,7 @@ def test_one_job_is_one_worker(many_files):
 def test_without_worker_processes_files_are_linted_in_process(many_files, monkeypatch):
     import ddpcheck.lint.runner as runner
 
-    def no_processes(ctx):
+    def no_processes(ctx, collect_after):
         raise OSError("no processes here")
 
     monkeypatch.setattr(runner, "_start_worker", no_processes)
@@ -114,6 +114,34 @@ def test_a_worker_collects_cycles_between_files_and_freezes_the_survivors():
         assert dead() is None                                   # the last file's cycles are gone
         assert gc.get_freeze_count() > frozen_before            # what lives on is never rescanned
         assert survivor is not None
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
+
+
+def test_a_worker_leaves_cycles_alone_until_more_than_its_share_was_allocated():
+    import gc
+    import weakref
+
+    from ddpcheck.lint import runner
+
+    class Node:
+        pass
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        gc.collect()
+        garbage = Node()
+        garbage.self = garbage
+        garbage.tree = [[] for _ in range(1000)]
+        dead = weakref.ref(garbage)
+        del garbage
+        runner._collect_between_files(collect_after=1_000_000)
+        assert dead() is not None            # a collection costs the same per object later: not yet
+        runner._collect_between_files(collect_after=500)
+        assert dead() is None
     finally:
         gc.unfreeze()
         if was_enabled:
