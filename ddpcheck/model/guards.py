@@ -173,14 +173,16 @@ def group_start_flags(model) -> frozenset[str]:
     return frozenset(found)
 
 
-def _param_condition(model, fn, name: str) -> Condition | None:
+def _param_condition(model, fn, name: str, none_test: bool = False) -> Condition | None:
     """A parameter is the guard its callers pass (`log_fn(is_master)`): true
     where some call passes a true value, certainly true only where every call
-    does. None when some caller cannot be seen."""
+    does (a literal, an object, a default left as is, `x if rank == 0 else
+    None`: see _expr_condition). With `none_test`, where it is None. None
+    when some caller cannot be seen."""
     args = arguments_for(model, fn, name)
     if not args:
         return None
-    conds = [condition_of(model, a.expr, a.scope) for a in args]
+    conds = [_expr_condition(model, a.expr, a.scope, (), none_test) for a in args]
     if all(c == UNKNOWN for c in conds):
         return None
     must, may = ALL, NONE
@@ -342,6 +344,11 @@ def _comparison(model, expr: cst.Comparison, scope) -> Condition:
         if _is_wandb_run(model, side):   # `wandb.run is not None`: a Run object or None
             cond = _wandb_run_condition(model)
             return cond if op_type is cst.IsNot else cond.negate()
+        if isinstance(side, cst.Name) and scope is not None and _own_param(model, side, scope):
+            # `if scaler is None:` in a function: what the file's calls pass
+            cond = _param_condition(model, scope, side.value, none_test=True)
+            if cond is not None:
+                return cond if op_type is cst.Is else cond.negate()
         # `rank is None or rank == 0` (None: "not distributed"): a rank of a
         # distributed process is always an int; a single process may hold None.
         if not is_rank_expr(model, side, scope):
@@ -493,6 +500,13 @@ def _expr_condition(model, expr: cst.BaseExpression, scope, frames: tuple, none_
         return test.and_(body).or_(test.negate().and_(orelse))
     if frames and isinstance(expr, cst.Name) and scope is not None and _own_param(model, expr, scope):
         return _argument_condition(model, scope, expr.value, frames, none_test)
+    if isinstance(expr, cst.Name):
+        # `log_dir = out if rank == 0 else None` ... `Logger(log_dir)`: what the one
+        # assignment reaching the read bound, judged where it was made
+        bound = sole_binding(model, expr)
+        if bound is not None and bound.kind == "assign" and bound.value is not None and \
+                bound.augmented is None and bound.path == () and bound.ctx.function is scope:
+            return _expr_condition(model, bound.value, scope, frames, none_test)
     if not none_test:
         cond = condition_of(model, expr, scope)   # a rank test passed as a flag (`is_master=rank == 0`)
         if cond != UNKNOWN:

@@ -14,7 +14,7 @@ its parameter on) by source order."""
 from __future__ import annotations
 
 from ddpcheck.model.flow import truth_of, is_none_of, value_at
-from ddpcheck.model.guards import reached_from_call, worlds_from_call
+from ddpcheck.model.guards import reached_from_call, worlds, worlds_from_call
 from ddpcheck.model.worlds import ALL, D0, DN
 from tests.semantics.helpers import build, marked
 
@@ -126,6 +126,45 @@ def test_a_conditional_expression_is_judged_arm_by_arm():
     assert worlds_from_call(model, site.ctx, fn, ((model, second),)) == ALL
 
 
+def test_in_its_own_file_a_parameter_test_is_what_the_files_calls_pass():
+    code = """
+        def save(net, scaler=None):
+            if scaler is None:
+                use(net)
+        class Scaler:
+            pass
+        save(a, Scaler())
+        save(b, scaler=Scaler())
+        """
+    model = build(code)
+    _, site = marked(model)
+    assert worlds(model, site.ctx) == frozenset()   # no call takes that arm
+    model = build(code + "save(c)\n")
+    _, site = marked(model)
+    assert worlds(model, site.ctx) == ALL
+
+
+def test_a_variable_holding_a_conditional_expression_is_judged_arm_by_arm():
+    code = """
+        def helper(log_dir):
+            if log_dir:
+                use(log_dir)
+        def main(rank, out):
+            log_dir = out if rank == 0 else None
+            helper(log_dir)
+            other = None
+            if flag:
+                other = out
+            helper(other)
+        """
+    model = build(code)
+    _, site = marked(model)
+    fn = _fn(model, "helper")
+    first, second = _calls(model, "helper")
+    assert worlds_from_call(model, site.ctx, fn, ((model, first),)) & {D0, DN} == {D0}
+    assert worlds_from_call(model, site.ctx, fn, ((model, second),)) == ALL   # two assignments reach: unknown
+
+
 def test_a_parameter_handed_on_is_judged_at_the_outer_call():
     code = """
         def helper(log_dir=None):
@@ -144,8 +183,13 @@ def test_a_parameter_handed_on_is_judged_at_the_outer_call():
     guarded, default = _calls(model, "fit")
     assert worlds_from_call(model, writer.ctx, helper, ((model, inner), (model, guarded))) & {D0, DN} == {D0}
     assert not reached_from_call(model, writer.ctx, helper, ((model, inner), (model, default)))
-    # without the outer call, `fit`'s parameter is what the file passes: both arms stay open
-    assert DN in worlds_from_call(model, writer.ctx, helper, ((model, inner),))
+    # without the outer call, `fit`'s parameter is what the file's calls pass: a folder on rank 0 only
+    assert worlds_from_call(model, writer.ctx, helper, ((model, inner),)) & {D0, DN} == {D0}
+    # a call passing something unknown leaves both arms open
+    model = build(code + "fit(m, log_dir=args.out)\n")
+    inner = _calls(model, "helper")[0]
+    writer = next(c for c in model.calls if c.func == "SummaryWriter")
+    assert DN in worlds_from_call(model, writer.ctx, _fn(model, "helper"), ((model, inner),))
 
 
 def test_a_rebound_parameter_is_not_the_argument():
