@@ -10,7 +10,7 @@ import re
 
 import libcst as cst
 
-from ddpcheck.model.flow import bindings_seen, resolve_call
+from ddpcheck.model.flow import Made, bindings_seen, called_qual, resolve_call, value_at
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.reads import STRING_LITERALS, literal_text, reads
 from ddpcheck.model.script import FunctionInfo, ScriptModel
@@ -93,4 +93,18 @@ def per_rank_path(model: ScriptModel, target: cst.BaseExpression | None, scope: 
     return any(PER_RANK.search(t) for t in path_parts(model, target))
 
 
-__all__ = ["per_rank_path", "path_parts", "PER_RANK", "PATH_BUILDERS"]
+# File-like objects in memory: writing to one touches no file.
+IN_MEMORY = frozenset({"io.BytesIO", "io.StringIO"})
+
+
+def in_memory(model: ScriptModel, target: cst.BaseExpression | None) -> bool:
+    """The target is certainly a buffer in the process's memory
+    (`buf = io.BytesIO(); torch.save(obj, buf)`): each rank has its own."""
+    if target is None:
+        return False
+    value = value_at(model, target)
+    return value.known and all(isinstance(a, Made) and called_qual(a.model, a.site) in IN_MEMORY
+                               for a in value.atoms)
+
+
+__all__ = ["per_rank_path", "path_parts", "in_memory", "PER_RANK", "PATH_BUILDERS", "IN_MEMORY"]

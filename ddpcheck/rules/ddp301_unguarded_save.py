@@ -10,7 +10,7 @@ import libcst as cst
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.guards import after_wandb_init, function_worlds, worlds_from_call
 from ddpcheck.model.launchers import runs_in_launcher_only
-from ddpcheck.model.paths import per_rank_path
+from ddpcheck.model.paths import in_memory, per_rank_path
 from ddpcheck.model.sharding import is_distributed_checkpoint_save
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.reach import other_ranks_reach, unguarded_caller
@@ -81,6 +81,8 @@ def per_rank_target(model: ScriptModel, site: CallSite, kind: str) -> bool:
     `log_dir=f"runs/rank{args.rank}"`)."""
     if kind == "save":
         target = site.arg("f", 1)
+        if in_memory(model, target):
+            return True   # `torch.save(obj, io.BytesIO())`: a buffer of this process
     elif kind == "SummaryWriter":
         target = site.arg("log_dir", 0)
     elif kind == "save_pretrained":
