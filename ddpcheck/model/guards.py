@@ -89,10 +89,27 @@ def _condition(model, expr: cst.BaseExpression, scope) -> Condition:
     if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
         return TRUE if expr.value == "True" else FALSE
     if isinstance(expr, cst.Call):
-        return _call_condition(model, expr, scope)
-    if isinstance(expr, (cst.Name, cst.Attribute)):
-        return _name_condition(model, expr, scope)
-    return UNKNOWN
+        cond = _call_condition(model, expr, scope)
+    elif isinstance(expr, (cst.Name, cst.Attribute)):
+        cond = _name_condition(model, expr, scope)
+    else:
+        return UNKNOWN
+    if cond == UNKNOWN and is_rank_expr(model, expr, scope):
+        return _rank_truth()   # `if not params.rank:`: rank 0 (and a single process with rank 0)
+    return cond
+
+
+def _rank_truth() -> Condition:
+    """Where a rank, tested for truth, is true: every rank but 0 (a single
+    process holds 0 or -1, either)."""
+    must, may = set(), set()
+    for world, reps in _REPRESENTATIVES.items():
+        results = [bool(r) for r in reps]
+        if all(results):
+            must.add(world)
+        if any(results):
+            may.add(world)
+    return Condition(frozenset(must), frozenset(may))
 
 
 def _is_wandb_run(model, expr: cst.BaseExpression) -> bool:

@@ -38,6 +38,9 @@ def body_worlds(test: str, setup: str = "", guards: tuple[str, ...] = ()) -> fro
     "args.save and args.local_rank == 0",
     "config.get('rank', 0) == 0",
     "config['local_rank'] in (-1, 0)",
+    "not params.rank",
+    "not dist.get_rank()",
+    "not params.rank and not os.path.isdir(d)",
 ])
 def test_main_only_guards_exclude_the_other_ranks(test):
     worlds = body_worlds(test)
