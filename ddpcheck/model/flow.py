@@ -1674,7 +1674,9 @@ def argument_expr(call: CallSite, fn: FunctionInfo, name: str) -> tuple[bool, cs
     params = list(fn.params)
     node = call.node
     is_ctor = fn.name == "__init__" and isinstance(node.func, cst.Name)
-    if fn.class_name and params and params[0] in ("self", "cls") and (call.receiver is not None or is_ctor):
+    static = bool({d.rpartition(".")[2] for d in fn.decorators} & STATIC)   # its `cls` is an argument
+    if fn.class_name and params and params[0] in ("self", "cls") and not static and \
+            (call.receiver is not None or is_ctor):
         if name == params[0]:
             return False, None
         params = params[1:]

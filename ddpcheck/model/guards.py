@@ -281,10 +281,15 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool
 _QUANTITY_HEADS = {"num", "n", "max", "min", "total", "size", "count"}
 
 
+# `is_built_on_rank`, `has_rank`, `use_global_rank`: a predicate or a switch about ranks, not a rank
+_PREDICATE_HEADS = {"is", "has", "should", "use", "can", "do", "on", "enable", "skip"}
+
+
 def _rank_name(name: str | None) -> bool:
     """A variable, attribute or config key named for a rank (`rank`, `args.local_rank`, `cfg["ddp_rank"]`)."""
     return bool(name) and (name in RANK_NAMES or (name.endswith("_rank") and name != "node_rank"
-                                                  and not _per_rank_quantity(name)))
+                                                  and not _per_rank_quantity(name)
+                                                  and name.lower().split("_")[0] not in _PREDICATE_HEADS))
 
 
 def _string_key(expr: cst.Subscript) -> str | None:

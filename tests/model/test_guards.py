@@ -59,7 +59,8 @@ def test_distribution_flags_run_on_every_rank(test):
 
 
 @pytest.mark.parametrize("test", ["epoch % 10 == 0", "args.save", "rank_ok(x)", "len(batch) == 0",
-                                  "config.get('num_ranks', 1) == 0", "config['node_rank'] == 0", "batch[0] == 0"])
+                                  "config.get('num_ranks', 1) == 0", "config['node_rank'] == 0", "batch[0] == 0",
+                                  "not self.is_built_on_rank", "cfg.use_global_rank"])
 def test_unknown_tests_say_nothing(test):
     assert body_worlds(test) == {D0, DN, S}
 

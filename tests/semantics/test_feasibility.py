@@ -245,3 +245,20 @@ def test_callers_of_a_function_and_what_they_do_with_its_result():
     first, second = call_sites_of(model, _fn(model, "evaluate"))
     assert result_dropped(first) and not result_dropped(second)
     assert call_sites_of(model, _fn(model, "handed")) is None   # stored as a value: callers unknown
+
+
+def test_a_static_method_called_on_self_binds_its_first_parameter_to_the_first_argument():
+    from ddpcheck.model.flow import argument_expr
+
+    model = build("""
+        class Builder:
+            @staticmethod
+            def build(cls, check, sync):
+                return cls
+            def run(self):
+                self.build(Dataset, self.check, False)
+        """)
+    fn = _fn(model, "build")
+    call = next(c for c in model.calls if c.func == "self.build")
+    assert model.module.code_for_node(argument_expr(call, fn, "sync")[1]) == "False"
+    assert model.module.code_for_node(argument_expr(call, fn, "cls")[1]) == "Dataset"
