@@ -84,6 +84,8 @@ def _fed_by(model: ScriptModel, p: Pass, binding) -> bool:
     its loop reads a name bound there, or the call of this file that leads to
     it passes such a name (for the parameter the loop iterates, when the loop
     is in the function that call runs)."""
+    if isinstance(binding, cst.BaseExpression):   # a builder call written as the argument of a call
+        return bool(p.via) and any(a.value is binding for a in p.via[0].node.args)
     if not p.via:
         return p.loop_model is model and _reads_binding(model, p.loop.iter, binding)
     first = p.via[0]

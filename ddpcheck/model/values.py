@@ -231,8 +231,34 @@ def _held_loaders(model: ScriptModel) -> tuple[LoaderInfo, ...]:
 
 
 def sharded_held_loaders(model: ScriptModel) -> list[LoaderInfo]:
-    """The held loaders (held_loaders) that held_sharded_for_sure keeps."""
-    return [h for h in held_loaders(model) if held_sharded_for_sure(model, h)]
+    """The held loaders (held_loaders, and those built by a builder call
+    written as an argument: `evaluate(model, make_loader(ds, mode="test"))`)
+    that held_sharded_for_sure keeps."""
+    return [h for h in held_loaders(model) + list(_argument_loaders(model)) if held_sharded_for_sure(model, h)]
+
+
+@query(on_cycle=())
+def _argument_loaders(model: ScriptModel) -> tuple[LoaderInfo, ...]:
+    """Loaders a builder of another module returns straight into an argument
+    of a call of this file; `binding` is the argument expression."""
+    result: list[LoaderInfo] = []
+    for c in model.calls:
+        for arg in c.node.args:
+            value = arg.value
+            if arg.star or not isinstance(value, cst.Call):
+                continue
+            site = call_site(model, value)
+            if site is None or is_api_call(model, site, "DataLoader") or not call_targets(model, site, LOADER_NEED):
+                continue
+            for atom in value_of(model, value).made_by("DataLoader"):
+                if atom.model is model:
+                    continue
+                inner = next((l for l in loaders(atom.model) if l.site is atom.site), None)
+                if inner is not None:
+                    result.append(LoaderInfo(atom.model, atom.site, None, inner.samplers, inner.batch_sampler_keys,
+                                             inner.batch_sampler_sizes, holder=c.ctx.function, held=True, via=site,
+                                             binding=value))
+    return tuple(result)
 
 
 def held_sharded_for_sure(model: ScriptModel, loader: LoaderInfo) -> bool:
@@ -245,7 +271,10 @@ def held_sharded_for_sure(model: ScriptModel, loader: LoaderInfo) -> bool:
     a = loader.binding
     if not loader.held or a is None:
         return False
-    held = value_of(model, a.value) if a.value is not None else element_of(model, a.unpacked[0], a.unpacked[1])
+    if isinstance(a, cst.BaseExpression):
+        held = value_of(model, a)   # built straight into a call's argument
+    else:
+        held = value_of(model, a.value) if a.value is not None else element_of(model, a.unpacked[0], a.unpacked[1])
     if not held.known or len(held.made_by("DataLoader")) != 1:
         return False
     m, site = loader.model, loader.site

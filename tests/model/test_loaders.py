@@ -72,3 +72,45 @@ def test_metric_objects_that_keep_a_running_value():
     assert accumulating_object(m, marked(m, nth=0)[0], "__call__")
     assert not accumulating_object(m, marked(m, nth=1)[0], "__call__")   # returns a value, keeps nothing
     assert accumulating_object(m, marked(m, nth=2)[0], "update")
+
+
+def test_a_builder_call_written_as_an_argument_is_a_loader_of_its_own():
+    m = build("""
+        from torch.utils.data import DataLoader, DistributedSampler
+        from helpers import make_loader
+        def evaluate(model, loader):
+            for x in loader:
+                model(x)
+        def main(model, a, b):
+            train_loader = make_loader(a, "train")
+            for x in train_loader:
+                model(x)
+            evaluate(model, make_loader(b, "test"))
+        """)
+    from ddpcheck.model.values import sharded_held_loaders
+    # the builder lives in a module this snippet cannot see: nothing is known, nothing is judged
+    assert [h for h in sharded_held_loaders(m) if h.key is None] == []
+
+
+def test_an_argument_loader_feeds_only_the_call_it_is_written_in(tmp_path):
+    (tmp_path / "helpers.py").write_text(
+        "from torch.utils.data import DataLoader, DistributedSampler\n"
+        "def make_loader(ds, mode):\n"
+        "    return DataLoader(ds, sampler=DistributedSampler(ds, shuffle=(mode == 'train')))\n")
+    main = tmp_path / "train.py"
+    main.write_text(
+        "from helpers import make_loader\n"
+        "def evaluate(model, loader):\n"
+        "    for x in loader:\n"
+        "        model(x)\n"
+        "def main(model, a, b):\n"
+        "    train_loader = make_loader(a, 'train')\n"
+        "    for x in train_loader:\n"
+        "        model(x)\n"
+        "    evaluate(model, make_loader(b, 'test'))\n")
+    from ddpcheck.model.values import sharded_held_loaders
+    from tests.semantics.helpers import build_file
+    m = build_file(main, root=tmp_path)
+    inline = [h for h in sharded_held_loaders(m) if h.key is None]
+    assert len(inline) == 1
+    assert {ll.function.name for ll in loader_loops(m, inline[0])} == {"evaluate"}
