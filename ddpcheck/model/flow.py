@@ -2264,6 +2264,30 @@ def first_call_reaching(model: ScriptModel, fn: FunctionInfo | None, test) -> Ca
     return None
 
 
+@query(on_cycle=())
+def params_handed_on(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[str, CallSite, ScriptModel, FunctionInfo, str], ...]:
+    """Where `fn` hands one of its parameters, unchanged, to a function of
+    the tree it calls (in this module or another): (its parameter, the call,
+    the callee's model, the callee, the callee's parameter it binds). A
+    parameter rebound before the call is not handed on (the read must see the
+    parameter alone); a call with `*args` / `**kwargs` that hides which
+    parameter gets it binds nothing."""
+    found = []
+    for c in model.calls_in(fn):
+        target = resolve_call(model, c)
+        if target is None or target[1] is fn:
+            continue
+        tmodel, callee = target
+        for name in callee.params:
+            bound, expr = argument_expr(c, callee, name)
+            if not bound or not isinstance(expr, cst.Name) or expr.value not in fn.params:
+                continue
+            b = sole_binding(model, expr)
+            if b is not None and b.kind == "param" and b.ctx.function is fn:
+                found.append((expr.value, c, tmodel, callee, name))
+    return tuple(found)
+
+
 def callees(model: ScriptModel, calls: Iterable[CallSite]) -> Iterator[tuple[ScriptModel, FunctionInfo, CallSite]]:
     """The functions reached from `calls` (resolved, transitively: every
     function they lead to, each once), with the call in *this* file that leads there."""
@@ -2293,5 +2317,5 @@ __all__ = [
     "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
     "argument_places", "literal_entry", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
-    "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped",
+    "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped", "params_handed_on",
 ]

@@ -10,7 +10,9 @@ from ddpcheck.model.reads import reads
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import wraps
-from ddpcheck.model.flow import argument_expr, sole_binding
+from ddpcheck.model.flow import argument_expr, params_handed_on, sole_binding
+from ddpcheck.model.memo import query
+from ddpcheck.model.positions import line_of
 from ddpcheck.model.saves import STRIPS_MODULE_PREFIX, is_save_sink, saved_state_dicts
 from ddpcheck.model.wrappers import project_strips_prefix, strips_prefix, tells_wrapper_apart, unwrapped_fallback, wrapper_in
 from ddpcheck.findings import Severity
@@ -78,7 +80,7 @@ class WrappedStateDict(Rule):
         if target is None or target[0] is model:
             return
         tmodel, fn = target
-        for param in saved_params(tmodel, fn):
+        for param, where, sd in saved_params(tmodel, fn):
             bound, expr = argument_expr(sink, fn, param)
             if not bound or expr is None or id(expr) in reported:
                 continue
@@ -87,7 +89,7 @@ class WrappedStateDict(Rule):
                 continue
             reported.add(id(expr))
             yield self._hit(model, expr, dotted_name(expr) or "model", found[0], found[1],
-                            helper=f"{fn.name}() ({tmodel.file_name})")
+                            helper=_helper_place(tmodel, fn, where, sd))
 
     def _hit(self, model: ScriptModel, node: cst.CSTNode, key: str, w, via: CallSite | None,
              helper: str | None = None, edit=None) -> Hit:
@@ -110,10 +112,24 @@ class WrappedStateDict(Rule):
                 "wrapping and save (and load) through it, as torchvision's references do"), edit=edit)
 
 
-def saved_params(model: ScriptModel, fn: FunctionInfo) -> list[str]:
+def _helper_place(tmodel: ScriptModel, fn: FunctionInfo, where: ScriptModel, sd: CallSite) -> str:
+    """`save_checkpoint() (checkpoint.py)`, naming the line of the save when it
+    is in a function the helper calls: `end_of_epoch() (bookkeeping.py; saved at storage.py:6)`."""
+    place = f"{fn.name}() ({tmodel.file_name}"
+    if where is not tmodel or sd.ctx.function is not fn:
+        line = line_of(where, sd.node)
+        place += f"; saved at {where.file_name}:{line}" if line is not None else ""
+    return place + ")"
+
+
+@query(on_cycle=())
+def saved_params(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[str, ScriptModel, CallSite], ...]:
     """The parameters of `fn` whose `.state_dict()` it saves, unrenamed
-    (`def save_checkpoint(model, path): torch.save({"model": model.state_dict()}, path)`)."""
-    found = []
+    (`def save_checkpoint(model, path): torch.save({"model": model.state_dict()}, path)`),
+    itself or in a function of the tree it hands the parameter on to, in
+    any module (`end_of_epoch(net, ...)` -> `write_state(net, path)`), each
+    with the `.state_dict()` call that saves it and that call's model."""
+    found: dict[str, tuple[str, ScriptModel, CallSite]] = {}
     for sink in model.calls_in(fn):
         if not _is_sink(model, sink):
             continue
@@ -124,5 +140,10 @@ def saved_params(model: ScriptModel, fn: FunctionInfo) -> list[str]:
                     not any(tells_wrapper_apart(model, b.test) for b in sd.ctx.branches) and \
                     not unwrapped_fallback(model, sd.node, key) and \
                     bound is not None and bound.kind == "param" and bound.ctx.function is fn:
-                found.append(key)
-    return found
+                found[key] = (key, model, sd)
+    for param, _, tmodel, callee, tparam in params_handed_on(model, fn):
+        if param not in found:
+            inner = next((x for x in saved_params(tmodel, callee) if x[0] == tparam), None)
+            if inner is not None:
+                found[param] = (param, inner[1], inner[2])
+    return tuple(found.values())
