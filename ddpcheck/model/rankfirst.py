@@ -196,16 +196,29 @@ def unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork, dept
 
 def helper_work_at_once(model: ScriptModel, site: CallSite, is_work: SameWork) -> tuple[ScriptModel, CallSite] | None:
     """A call of this file that lands in a helper module whose function does
-    the work unordered, while every rank runs the call at once: (the helper's
-    model, the call doing the work there). Same-file helpers are reported at
-    their own work."""
+    the work unordered, while every rank runs the call at once: (the model
+    the work is in, the call doing the work), followed down the chain of
+    calls that leads there (`open_session(...)` -> `Records(...)` in another
+    module -> its `os.mkdir(...)`). Same-file helpers are reported at their
+    own work."""
     target = resolve_call(model, site)
     if target is None or target[0] is model:
         return None
-    inner = unordered_work(target[0], target[1], is_work, 0, ((model, site),))
+    frames: tuple = ((model, site),)
+    inner = unordered_work(target[0], target[1], is_work, 0, frames)
     if inner is None or not every_rank_at_once(model, site, is_work):
         return None
-    return target[0], inner
+    where, depth = target[0], 0
+    while not is_work(where, inner):
+        # the same questions unordered_work asked on its way down (memoised)
+        frames = ((where, inner), *frames)
+        target = resolve_call(where, inner)
+        depth += 1
+        deeper = unordered_work(target[0], target[1], is_work, depth, frames) if target is not None else None
+        if deeper is None:
+            break
+        where, inner = target[0], deeper
+    return where, inner
 
 
 __all__ = ["every_rank_at_once", "unordered_work", "helper_work_at_once", "ordered_here", "reached_at_once", "waits_for_rank_zero", "RANK_ZERO_FIRST"]

@@ -7,6 +7,7 @@ from typing import Iterator
 from ddpcheck.findings import Severity
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.downloads import download_call, same_download
+from ddpcheck.model.positions import where
 from ddpcheck.model.rankfirst import every_rank_at_once, helper_work_at_once
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.filekind import NOT_TESTS
@@ -53,5 +54,5 @@ class DownloadOnEveryRank(Rule):
             if found is not None:
                 helper, inner = found
                 yield Hit(site.node, message=(
-                    f"`{site.func}(...)` ({helper.file_name}) downloads with `{inner.func}(...)` without ordering "
-                    f"the ranks, and this call runs on every rank: {_WHY[download_call(helper, inner) or 'data set']}"))
+                    f"`{site.func}(...)` leads to `{inner.func}(...)` ({where(helper, inner.node, model)}), which "
+                    f"downloads without ordering the ranks, and this call runs on every rank: {_WHY[download_call(helper, inner) or 'data set']}"))

@@ -7,6 +7,7 @@ from typing import Iterator
 from ddpcheck.findings import Severity
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.makedirs import folder_creation, racy_folder_creation
+from ddpcheck.model.positions import where
 from ddpcheck.model.rankfirst import every_rank_at_once, helper_work_at_once
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.rules.autofix import exist_ok_edit
@@ -51,6 +52,8 @@ class MakedirsRace(Rule):
             found = helper_work_at_once(model, site, racy_folder_creation)
             if found is not None:
                 helper, inner = found
+                made = folder_creation(helper, inner) if racy_folder_creation(helper, inner) else None
                 yield Hit(site.node, message=(
-                    f"`{site.func}(...)` ({helper.file_name}) creates a folder with `{inner.func}(...)` without "
-                    f"`exist_ok=True` and without a rank guard, and this call runs on every rank: {_CHECKED}"))
+                    f"`{site.func}(...)` leads to `{inner.func}(...)` ({where(helper, inner.node, model)}), which "
+                    "creates a folder without `exist_ok=True` and without a rank guard, and this call runs on every "
+                    f"rank: {_BARE if made is not None and not made.checked else _CHECKED}"))
