@@ -141,9 +141,11 @@ def saved_params(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[str, Scrip
                     not unwrapped_fallback(model, sd.node, key) and \
                     bound is not None and bound.kind == "param" and bound.ctx.function is fn:
                 found[key] = (key, model, sd)
-    for param, _, tmodel, callee, tparam in params_handed_on(model, fn):
-        if param not in found:
-            inner = next((x for x in saved_params(tmodel, callee) if x[0] == tparam), None)
-            if inner is not None:
-                found[param] = (param, inner[1], inner[2])
+    for param, call, tmodel, callee, tparam in params_handed_on(model, fn):
+        if param in found or any(tells_wrapper_apart(model, b.test) for b in call.ctx.branches) or \
+                unwrapped_fallback(model, call.node, param):
+            continue   # `if hasattr(net, "module"): ... else: write_state(net, path)`
+        inner = next((x for x in saved_params(tmodel, callee) if x[0] == tparam), None)
+        if inner is not None:
+            found[param] = (param, inner[1], inner[2])
     return tuple(found.values())
