@@ -2059,7 +2059,28 @@ def passes(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Pass, ...]:
                 if consumed_value:
                     found.append(Pass(consumed_value, p.loop, p.loop_model, p.epoch, p.epoch_model,
                                       (call,) + p.via, p.iter_call))
-    return tuple(found)
+    return _first_of_each(found)
+
+
+def _first_of_each(found: list[Pass]) -> tuple[Pass, ...]:
+    """The passes, in order, without those that repeat an earlier one in all
+    that their askers read: the pass, what it consumes, its epoch loop, the
+    first call of `via` and how many calls it goes through
+    (model/evaluation.py picks a loop by the fewest calls and names the first
+    one). The same loop reached along many paths of the call graph is one
+    entry per first call and length, not one per path: a call graph whose
+    functions call each other several times made them multiply at every
+    level (ddpcheck's own lint/engine.py: 372,205 passes of one function, 39
+    distinct, 39 s of CPU)."""
+    seen: set = set()
+    kept: list[Pass] = []
+    for p in found:
+        key = (p.consumed, id(p.loop), id(p.loop_model), id(p.epoch), id(p.epoch_model), id(p.iter_call),
+               id(p.via[0]) if p.via else None, len(p.via))
+        if key not in seen:
+            seen.add(key)
+            kept.append(p)
+    return tuple(kept)
 
 
 def _iter_passes(model: ScriptModel, fn: FunctionInfo | None) -> list[Pass]:

@@ -285,3 +285,22 @@ def test_a_constructor_call_holds_the_new_object_though_it_runs_init():
     for fn_name in ("marker", "marker2"):
         expr, scope = read(m, fn_name)
         assert made_names(value_of(m, expr, scope)) == {"Meter"}
+
+
+def test_a_loop_reached_along_many_call_paths_is_one_pass_per_first_call():
+    # every level calls the next twice: 2**12 paths reach the same loop
+    levels = [f"def level{i}(loader):\n    level{i + 1}(loader)\n    level{i + 1}(loader)\n" for i in range(12)]
+    m = build("from torch.utils.data import DataLoader\n" + "".join(levels) + textwrap.dedent("""
+        def level12(loader):
+            for batch in loader:
+                pass
+        def main():
+            loader = DataLoader(ds)
+            for epoch in range(10):
+                level0(loader)
+    """))
+    found = [(fn.name if fn else None, p) for fn, p in every_pass(m)]
+    top = [p for fn, p in found if fn == "main"]
+    assert top and all(p.consumed.made_by("DataLoader") and p.epoch is not None for p in top)
+    assert {p.via[0].func for p in top} == {"level0"} and {len(p.via) for p in top} == {13}
+    assert len(top) == 1   # one per first call and length, not one per path (4,096)
