@@ -130,15 +130,22 @@ def optimizer_lrs(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[ScriptMod
         target = resolve_call(model, c)
         if target is None or target[1] is fn:
             continue
-        tmodel, callee = target
-        for m, lr in optimizer_lrs(tmodel, callee):
-            if m is tmodel:
-                here = expression_at_call(model, c, tmodel, lr)
-                if here is not None:
-                    found.append((model, here))
-                    continue
-            found.append((m, lr))
+        found.extend(_lrs_seen_from(model, c, *target))
     return tuple(found)
+
+
+def _lrs_seen_from(model: ScriptModel, c: CallSite, tmodel: ScriptModel,
+                   fn: FunctionInfo) -> Iterator[tuple[ScriptModel, cst.BaseExpression]]:
+    """The learning rates of the optimizers call `c` of `model` makes by
+    running `fn` (of `tmodel`): one read in the callee's own module is
+    written as the argument of `c` that it comes from, when it comes from one."""
+    for m, lr in optimizer_lrs(tmodel, fn):
+        if m is tmodel:
+            here = expression_at_call(model, c, tmodel, lr)
+            if here is not None:
+                yield model, here
+                continue
+        yield m, lr
 
 
 def _optimizers_through_calls(model: ScriptModel) -> Iterator[tuple[CallSite, ScriptModel, cst.BaseExpression]]:
@@ -149,13 +156,7 @@ def _optimizers_through_calls(model: ScriptModel) -> Iterator[tuple[CallSite, Sc
         target = resolve_call(model, c)
         if target is None or target[0] is model:
             continue
-        tmodel, fn = target
-        for m, lr in optimizer_lrs(tmodel, fn):
-            if m is tmodel:
-                here = expression_at_call(model, c, tmodel, lr)
-                if here is not None:
-                    yield c, model, here
-                    continue
+        for m, lr in _lrs_seen_from(model, c, *target):
             yield c, m, lr
 
 
