@@ -63,6 +63,22 @@ def _extra_guards(model) -> set[str]:
     return set(model.settings.main_process_guards)
 
 
+def _fold_chain(expr: cst.BooleanOperation, judge) -> Condition:
+    """The condition of `a and b and c ...` (or an `or` chain), each operand
+    judged by `judge`. The chain nests to the left: it is folded in a loop, so
+    a long chain never reaches the recursion limit."""
+    op = type(expr.operator)
+    rights = []
+    while isinstance(expr, cst.BooleanOperation) and type(expr.operator) is op:
+        rights.append(expr.right)
+        expr = expr.left
+    result = judge(expr)
+    for right in reversed(rights):
+        cond = judge(right)
+        result = result.and_(cond) if op is cst.And else result.or_(cond)
+    return result
+
+
 def _condition(model, expr: cst.BaseExpression, scope) -> Condition:
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
         negations = 0
@@ -72,18 +88,7 @@ def _condition(model, expr: cst.BaseExpression, scope) -> Condition:
         inner = condition_of(model, expr, scope)
         return inner.negate() if negations % 2 else inner
     if isinstance(expr, cst.BooleanOperation):
-        # `a and b and c ...` nests to the left: fold the chain in a loop, so a
-        # long chain never reaches the recursion limit
-        op = type(expr.operator)
-        rights = []
-        while isinstance(expr, cst.BooleanOperation) and type(expr.operator) is op:
-            rights.append(expr.right)
-            expr = expr.left
-        result = condition_of(model, expr, scope)
-        for right in reversed(rights):
-            cond = condition_of(model, right, scope)
-            result = result.and_(cond) if op is cst.And else result.or_(cond)
-        return result
+        return _fold_chain(expr, lambda part: condition_of(model, part, scope))
     if isinstance(expr, cst.Comparison):
         return _comparison(model, expr, scope)
     if isinstance(expr, cst.Name) and expr.value in ("True", "False"):
@@ -469,16 +474,7 @@ def condition_in_call(model, test: cst.BaseExpression, fn, frames: tuple) -> Con
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return condition_in_call(model, test.expression, fn, frames).negate()
     if isinstance(test, cst.BooleanOperation):
-        op = type(test.operator)
-        rights = []
-        while isinstance(test, cst.BooleanOperation) and type(test.operator) is op:
-            rights.append(test.right)
-            test = test.left
-        result = condition_in_call(model, test, fn, frames)
-        for right in reversed(rights):
-            cond = condition_in_call(model, right, fn, frames)
-            result = result.and_(cond) if op is cst.And else result.or_(cond)
-        return result
+        return _fold_chain(test, lambda part: condition_in_call(model, part, fn, frames))
     if isinstance(test, cst.Name) and _own_param(model, test, fn):
         return _argument_condition(model, fn, test.value, frames, none_test=False)
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and \
