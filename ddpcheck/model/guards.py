@@ -460,6 +460,54 @@ def reached_from_call(model, ctx, fn, frames: tuple) -> bool:
     return bool(worlds_from_call(model, ctx, fn, frames))
 
 
+def relevant_frames(frames: tuple) -> tuple:
+    """The part of `frames` (the calls that run a function, innermost first)
+    that worlds_from_call and called_qual_from can read: the innermost call,
+    and each call further out only while the call inside it hands on
+    something its own function was given (`save(state, path, enabled=flag)`
+    with `flag` a parameter of the caller is judged at the caller's caller;
+    `save(state, path, enabled=False)` is judged there and then). A question
+    asked with these frames has the answer it has with all of them, so they
+    are what a memoised question about a chain of calls is keyed on: every
+    chain that ends in the same call shares it, and a recursion whose calls
+    hand nothing on comes back to the same question (a fixed point)."""
+    if not frames:
+        return frames
+    keep = 1
+    while keep < len(frames) and passes_own_params(*frames[keep - 1]):
+        keep += 1
+    return frames[:keep]
+
+
+@query(on_cycle=True)
+def passes_own_params(model, call) -> bool:
+    """Some argument of `call` reads a parameter of the function the call is
+    in, as written or through the function's own assignments (`flag =
+    enabled and rank == 0`, then `save(..., flag)`)."""
+    scope = call.ctx.function
+    if scope is None:
+        return False
+    return any(_reads_params(model, a.value, scope, set()) for a in call.node.args)
+
+
+def _reads_params(model, expr: cst.CSTNode, scope, seen: set[int]) -> bool:
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, cst.Name):
+            for b in bindings_seen(model, node):
+                if b.ctx.function is not scope:
+                    continue
+                if b.kind == "param":
+                    return True
+                if b.kind == "assign" and id(b) not in seen:
+                    seen.add(id(b))
+                    todo.append(b.value if b.value is not None else b.node)
+        else:
+            todo.extend(node.children)
+    return False
+
+
 @query(on_cycle=UNKNOWN)
 def condition_in_call(model, test: cst.BaseExpression, fn, frames: tuple) -> Condition:
     """What `test`, read in `fn`, says when `fn` runs from `frames` (see
@@ -570,4 +618,4 @@ def rank_branch_text(model, ctx) -> str:
     return "behind a rank test"
 
 
-__all__ = ["worlds", "condition_of", "is_rank_expr", "function_worlds", "rank_branch_text", "worlds_from_call", "reached_from_call", "condition_in_call", "SINGLE", "ALL"]
+__all__ = ["worlds", "condition_of", "is_rank_expr", "function_worlds", "rank_branch_text", "worlds_from_call", "reached_from_call", "condition_in_call", "relevant_frames", "passes_own_params", "SINGLE", "ALL"]

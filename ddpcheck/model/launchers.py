@@ -91,17 +91,18 @@ def runs_in_workers(model: ScriptModel, node: cst.CSTNode) -> bool:
 
 
 @query(on_cycle=False)
-def spawns_workers(model: ScriptModel, fn: FunctionInfo | None, depth: int = 0) -> bool:
+def spawns_workers(model: ScriptModel, fn: FunctionInfo | None) -> bool:
     """`fn` (None: module level) starts worker processes, itself or through a
-    function of the file it calls (`main()` -> `trainer.run()` -> `mp.spawn`)."""
+    function of the file it calls (`main()` -> `trainer.run()` -> `mp.spawn`),
+    any number of calls down; a recursion is the memo's fixed point (a
+    function reaches a spawn only through a call that does)."""
     if any(is_worker_spawn(c) for c in model.calls_in(fn)):
         return True
-    if fn is None or depth >= 2:
+    if fn is None:
         return False
     for c in model.calls_in(fn):
         target = resolve_call(model, c)
-        callee = target[1] if target is not None and target[0] is model else None
-        if callee is not None and callee is not fn and spawns_workers(model, callee, depth + 1):
+        if target is not None and target[0] is model and spawns_workers(model, target[1]):
             return True
     return False
 

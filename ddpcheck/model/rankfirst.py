@@ -33,7 +33,7 @@ from typing import Callable
 import libcst as cst
 
 from ddpcheck.model.collectives import function_events
-from ddpcheck.model.guards import function_worlds, worlds, worlds_from_call
+from ddpcheck.model.guards import function_worlds, relevant_frames, worlds, worlds_from_call
 from ddpcheck.model.launchers import runs_in_launcher_only, runs_in_workers, spawns_workers
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
@@ -172,53 +172,58 @@ def every_rank_at_once(model: ScriptModel, site: CallSite, same_work: SameWork) 
     return reached_at_once(model, site.ctx.function, same_work)
 
 
-@query(on_cycle=None)
-def unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork, depth: int = 0,
+def unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork,
                    frames: tuple = ()) -> CallSite | None:
     """The call in `fn` that does the work on every rank entering `fn`, with
     nothing inside `fn` making rank 0 go first: the work itself, or a call of
-    a local helper that does it (two deep). For helpers in another module,
-    reported at the call that reaches them. `frames`: the calls that run `fn`,
-    innermost first (a test of its parameters is judged by what they pass)."""
+    a helper that does it, any number of calls down. For helpers in another
+    module, reported at the call that reaches them. `frames`: the calls that
+    run `fn`, innermost first (a test of its parameters is judged by what
+    they pass)."""
+    found = _unordered_work(model, fn, is_work, relevant_frames(frames))
+    return found[0] if found is not None else None
+
+
+@query(on_cycle=None)
+def _unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork,
+                    frames: tuple) -> tuple[CallSite, ScriptModel, CallSite] | None:
+    """(the call in `fn` that leads to the work, the model of the work, the
+    call doing it), asked with `guards.relevant_frames`: a recursion whose
+    calls hand nothing on comes back to the same question and is the memo's
+    fixed point. One that keeps handing its parameters on would ask a new
+    question at every turn: a call already in `frames` is not followed again,
+    so each call is unrolled once, and work reached only deeper than that is
+    not proven."""
     if DN not in function_worlds(model, fn) or spawns_workers(model, fn):
         return None
     for c in model.calls_in(fn):
         if DN not in worlds_from_call(model, c.ctx, fn, frames) or c.ctx.opaque or ordered_here(model, c, is_work):
             continue
         if is_work(model, c):
-            return c
+            return c, model, c
         target = resolve_call(model, c)
-        if depth < 2 and target is not None and target[1] is not fn \
-                and unordered_work(target[0], target[1], is_work, depth + 1, ((model, c), *frames)) is not None:
-            return c
+        if target is None or any(call is c for _, call in frames):
+            continue
+        inner = _unordered_work(target[0], target[1], is_work, relevant_frames(((model, c), *frames)))
+        if inner is not None:
+            return c, inner[1], inner[2]
     return None
 
 
 def helper_work_at_once(model: ScriptModel, site: CallSite, is_work: SameWork) -> tuple[ScriptModel, CallSite] | None:
     """A call of this file that lands in a helper module whose function does
     the work unordered, while every rank runs the call at once: (the model
-    the work is in, the call doing the work), followed down the chain of
+    the work is in, the call doing the work), at the end of the chain of
     calls that leads there (`open_session(...)` -> `Records(...)` in another
     module -> its `os.mkdir(...)`). Same-file helpers are reported at their
     own work."""
     target = resolve_call(model, site)
     if target is None or target[0] is model:
         return None
-    frames: tuple = ((model, site),)
-    inner = unordered_work(target[0], target[1], is_work, 0, frames)
-    if inner is None or not every_rank_at_once(model, site, is_work):
+    found = _unordered_work(target[0], target[1], is_work, relevant_frames(((model, site),)))
+    if found is None or not every_rank_at_once(model, site, is_work):
         return None
-    where, depth = target[0], 0
-    while not is_work(where, inner):
-        # the same questions unordered_work asked on its way down (memoised)
-        frames = ((where, inner), *frames)
-        target = resolve_call(where, inner)
-        depth += 1
-        deeper = unordered_work(target[0], target[1], is_work, depth, frames) if target is not None else None
-        if deeper is None:
-            break
-        where, inner = target[0], deeper
-    return where, inner
+    return found[1], found[2]
 
 
 __all__ = ["every_rank_at_once", "unordered_work", "helper_work_at_once", "ordered_here", "reached_at_once", "waits_for_rank_zero", "RANK_ZERO_FIRST"]

@@ -47,7 +47,6 @@ NODE_INDEX_NAMES = frozenset({"node_rank", "nr", "node", "node_id", "node_idx", 
                               "rank", "group_rank"})
 
 _ENV_GET = frozenset({"os.environ.get", "os.getenv", "os.environ.setdefault"})
-_MAX_DEPTH = 6
 
 
 class RankKind(enum.Enum):
@@ -86,25 +85,26 @@ def _last_name(expr: cst.BaseExpression) -> str | None:
 
 
 @query(on_cycle=UNKNOWN)
-def rank_origin(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None,
-                depth: int = 0) -> RankOrigin:
-    """Whether `expr`, read in `scope`, is the global rank, a local rank, or unknown."""
-    if depth > _MAX_DEPTH:
-        return UNKNOWN
+def rank_origin(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None) -> RankOrigin:
+    """Whether `expr`, read in `scope`, is the global rank, a local rank, or
+    unknown. Followed through any number of names, returns and callers; a
+    value that depends on itself (`rank = rank + 0` in a loop, two functions
+    returning each other's result) is the memo's fixed point from UNKNOWN,
+    which never becomes GLOBAL by itself."""
     if isinstance(expr, (cst.Integer, cst.SimpleString)) or (
             isinstance(expr, cst.UnaryOperation) and isinstance(expr.expression, cst.Integer)):
         return _CONSTANT
     if isinstance(expr, cst.Subscript):
         return _env_origin(model, environ_key(model.imports, expr))
     if isinstance(expr, cst.IfExp):
-        return _merge([rank_origin(model, expr.body, scope, depth + 1),
-                       rank_origin(model, expr.orelse, scope, depth + 1)])
+        return _merge([rank_origin(model, expr.body, scope),
+                       rank_origin(model, expr.orelse, scope)])
     if isinstance(expr, cst.BinaryOperation):
-        return _binary_origin(model, expr, scope, depth)
+        return _binary_origin(model, expr, scope)
     if isinstance(expr, cst.Call):
-        return _call_origin(model, expr, scope, depth)
+        return _call_origin(model, expr, scope)
     if isinstance(expr, (cst.Name, cst.Attribute)):
-        return _name_origin(model, expr, scope, depth)
+        return _name_origin(model, expr, scope)
     return UNKNOWN
 
 
@@ -120,7 +120,7 @@ def _env_origin(model: ScriptModel, name: str | None) -> RankOrigin:
     return UNKNOWN
 
 
-def _binary_origin(model: ScriptModel, expr: cst.BinaryOperation, scope, depth: int) -> RankOrigin:
+def _binary_origin(model: ScriptModel, expr: cst.BinaryOperation, scope) -> RankOrigin:
     if isinstance(expr.operator, cst.Modulo):
         # `rank % torch.cuda.device_count()`, `rank % ngpus_per_node`: folded onto the node
         return LOCAL if not isinstance(expr.left, (cst.SimpleString, cst.ConcatenatedString)) else UNKNOWN
@@ -134,7 +134,7 @@ def _binary_origin(model: ScriptModel, expr: cst.BinaryOperation, scope, depth: 
     return UNKNOWN
 
 
-def _call_origin(model: ScriptModel, expr: cst.Call, scope, depth: int) -> RankOrigin:
+def _call_origin(model: ScriptModel, expr: cst.Call, scope) -> RankOrigin:
     site = model.site_of.get(id(expr))
     if site is None:
         return UNKNOWN
@@ -144,34 +144,34 @@ def _call_origin(model: ScriptModel, expr: cst.Call, scope, depth: int) -> RankO
             return UNKNOWN
         return RankOrigin(RankKind.GLOBAL, f"`{site.func}()`")
     if q in ("int", "str") and len(expr.args) == 1:
-        return rank_origin(model, expr.args[0].value, scope, depth + 1)
+        return rank_origin(model, expr.args[0].value, scope)
     if q in _ENV_GET and expr.args:
         return _env_origin(model, string_value(expr.args[0].value))
     target = resolve_call(model, site)
     if target is not None and not expr.args:
         tmodel, fn = target
         if fn.returns:
-            origin = _merge([rank_origin(tmodel, value, fn, depth + 1) for value, _ in fn.returns])
+            origin = _merge([rank_origin(tmodel, value, fn) for value, _ in fn.returns])
             if origin.kind is RankKind.GLOBAL:
                 return RankOrigin(RankKind.GLOBAL, f"`{site.func}()`, which returns {origin.source}")
             return origin if not origin.literal else UNKNOWN
     return UNKNOWN
 
 
-def _name_origin(model: ScriptModel, expr: cst.BaseExpression, scope, depth: int) -> RankOrigin:
+def _name_origin(model: ScriptModel, expr: cst.BaseExpression, scope) -> RankOrigin:
     key = dotted_name(expr)
     if key is None:
         return UNKNOWN
     seen = bindings_seen(model, expr)
     if seen and all(b.kind == "param" for b in seen) and isinstance(expr, cst.Name):
-        return _param_origin(model, seen[0].ctx.function, key, depth)
+        return _param_origin(model, seen[0].ctx.function, key)
     assigns = list(seen)
     if any(b.kind != "assign" for b in assigns):
         return UNKNOWN
     values = [_assigned_value(a) for a in assigns]
     if not assigns or any(v is None or a.augmented is not None for a, v in zip(assigns, values)):
         return UNKNOWN
-    origins = [rank_origin(model, v, a.ctx.function, depth + 1) for a, v in zip(assigns, values)]
+    origins = [rank_origin(model, v, a.ctx.function) for a, v in zip(assigns, values)]
     merged = _merge(origins)
     if merged.literal:
         return UNKNOWN
@@ -191,7 +191,7 @@ def _assigned_value(a) -> cst.BaseExpression | None:
     return None
 
 
-def _param_origin(model: ScriptModel, fn: FunctionInfo, name: str, depth: int) -> RankOrigin:
+def _param_origin(model: ScriptModel, fn: FunctionInfo, name: str) -> RankOrigin:
     """A parameter is what the file's callers pass (`setup(rank, world_size)`
     called with `int(os.environ["RANK"])`). Unknown when the function is also
     handed on (`mp.spawn(demo_basic, ...)`: the spawn index), has no caller
@@ -201,7 +201,7 @@ def _param_origin(model: ScriptModel, fn: FunctionInfo, name: str, depth: int) -
     args = arguments_for(model, fn, name)
     if args is None:
         return UNKNOWN
-    origin = _merge([rank_origin(a.model, a.expr, a.scope, depth + 1) for a in args])
+    origin = _merge([rank_origin(a.model, a.expr, a.scope) for a in args])
     if origin.kind is RankKind.GLOBAL:
         callers = sorted({f"`{a.call.func}(...)`" for a in args if a.call.func})
         via = f", passed in by {', '.join(callers)}" if callers else ""

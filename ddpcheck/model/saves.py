@@ -32,10 +32,10 @@ Renamed = Callable[[ScriptModel, cst.BaseExpression, "FunctionInfo | None"], boo
 
 
 @query(on_cycle=False)
-def helper_saves(model: ScriptModel, fn: FunctionInfo, strips: re.Pattern, renamed: Renamed | None = None,
-                 depth: int = 0) -> bool:
+def helper_saves(model: ScriptModel, fn: FunctionInfo, strips: re.Pattern, renamed: Renamed | None = None) -> bool:
     """A helper of the linted tree writes what it is given with torch.save,
-    itself or through a helper it calls, and does not rename keys (`strips`
+    itself or through a helper it calls (any number of calls down; a
+    recursion is the memo's fixed point), and does not rename keys (`strips`
     in its text, or a saved object that `renamed` recognises)."""
     result = False
     for c in model.calls_in(fn):
@@ -45,11 +45,10 @@ def helper_saves(model: ScriptModel, fn: FunctionInfo, strips: re.Pattern, renam
                 continue
             result = True
             break
-        if depth < 2:
-            target = resolve_call(model, c)
-            if target is not None and helper_saves(target[0], target[1], strips, renamed, depth + 1):
-                result = True
-                break
+        target = resolve_call(model, c)
+        if target is not None and helper_saves(target[0], target[1], strips, renamed):
+            result = True
+            break
     if result and strips.search(model.module.code_for_node(fn.node)):
         result = False
     return result
@@ -79,8 +78,10 @@ class _Collector:
         self.found: list[CallSite] = []
         self.seen: set[int] = set()
 
-    def expr(self, node: cst.CSTNode, scope: FunctionInfo | None, depth: int = 0) -> None:
-        if depth > 4 or id(node) in self.seen:
+    def expr(self, node: cst.CSTNode, scope: FunctionInfo | None) -> None:
+        # every node is visited once (`seen`): the walk ends with the expression
+        # and the assignments it reads, however deeply they nest
+        if id(node) in self.seen:
             return
         self.seen.add(id(node))
         if self.renamed is not None and isinstance(node, (cst.DictComp, cst.Call, cst.Name, cst.Attribute)) and \
@@ -96,15 +97,15 @@ class _Collector:
         if isinstance(node, (cst.Name, cst.Attribute)):
             key = dotted_name(node)
             if key is not None:
-                self.name(key, scope, depth)
+                self.name(key, scope)
                 if isinstance(node, cst.Name):
                     return
         for child in node.children:
             if isinstance(child, cst.BaseExpression) or isinstance(child, (cst.Arg, cst.DictElement, cst.Element,
                                                                           cst.StarredDictElement, cst.StarredElement)):
-                self.expr(child, scope, depth + 1)
+                self.expr(child, scope)
 
-    def name(self, key: str, scope: FunctionInfo | None, depth: int) -> None:
+    def name(self, key: str, scope: FunctionInfo | None) -> None:
         """What the checkpoint dict under `key` was filled with before the save."""
         for a in self.model.assigns_in(scope):
             written = a.written
@@ -112,7 +113,7 @@ class _Collector:
                 continue
             if a.ctx.order > self.sink.ctx.order:
                 continue
-            self.expr(written, scope, depth + 1)
+            self.expr(written, scope)
 
 
 def saved_state_dicts(model: ScriptModel, sink: CallSite, told_apart: ToldApart,
