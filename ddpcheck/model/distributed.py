@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import re
 
+import libcst as cst
+
 from ddpcheck.model.memo import query
+from ddpcheck.model.names import dotted_name
 from ddpcheck.model.script import FunctionInfo, ScriptModel
 from ddpcheck.model.flow import Class, callee_value, called_qual, library_bases
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
@@ -22,6 +25,32 @@ INIT_NEED = (("init_process_group",),)
 
 def is_init_call(model: ScriptModel, site) -> bool:
     return is_api_call(model, site, "init_process_group")
+
+
+def starts_only_once(model: ScriptModel, site) -> bool:
+    """The group start runs only where no group exists yet (`if
+    dist.is_initialized(): return` before it, `if dist.is_available() and
+    dist.is_initialized(): return ...`, or `if not dist.is_initialized():`
+    around it): calling its function again starts nothing more."""
+    return any(_once_a_group_exists(model, b.test) not in (None, b.positive) for b in site.ctx.branches)
+
+
+def _once_a_group_exists(model: ScriptModel, test) -> bool | None:
+    """What `test` says once a process group exists: `is_initialized()`
+    and `is_available()` are true then; None: anything else decides it."""
+    if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        inner = _once_a_group_exists(model, test.expression)
+        return None if inner is None else not inner
+    if isinstance(test, cst.BooleanOperation):
+        left, right = _once_a_group_exists(model, test.left), _once_a_group_exists(model, test.right)
+        if isinstance(test.operator, cst.And):
+            return False if False in (left, right) else None if None in (left, right) else True
+        return True if True in (left, right) else None if None in (left, right) else False
+    if isinstance(test, cst.Call) and not test.args:
+        last = model.imports.qualify(dotted_name(test.func) or "").rpartition(".")[2]
+        if last in ("is_initialized", "is_available"):
+            return True
+    return None
 
 
 @query(on_cycle=False)
@@ -98,7 +127,7 @@ def runs_distributed(model: ScriptModel) -> bool:
     return result
 
 
-__all__ = ["runs_distributed", "init_calls", "function_inits", "distributed_samplers"]
+__all__ = ["starts_only_once", "runs_distributed", "init_calls", "function_inits", "distributed_samplers"]
 
 
 # A helper we cannot see whose name says it tears the process group down.

@@ -68,7 +68,7 @@ from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name, is_torch_api
 from ddpcheck.model.reads import reads
 from ddpcheck.model.scan import Need
-from ddpcheck.model.script import CallSite, ClassInfo, FunctionInfo, Loop, ScriptModel
+from ddpcheck.model.script import CallSite, ClassInfo, Ctx, FunctionInfo, Loop, ScriptModel
 
 
 # -- atoms and values ------------------------------------------------------------
@@ -946,6 +946,43 @@ def literal_entry(m: Mapping, key: object) -> cst.BaseExpression | None:
             if isinstance(el, cst.DictElement) and _literal(el.key) == key:
                 return el.value
     return None
+
+
+def entry_expressions(model: ScriptModel, expr: cst.Subscript) -> tuple[tuple[ScriptModel, cst.BaseExpression, Ctx | None], ...] | None:
+    """The expressions written for the entry `expr` reads (`env["master_process"]`
+    with `env = setup()` returning `{"master_process": rank == 0, ...}` or
+    `dict(master_process=...)`, and the stores `env["master_process"] = ...`
+    into that dict), each with its file and, for a store, its place (None for
+    the dict's own entry); None when the dict may be another object, has
+    entries not known, or some path gives the entry another way."""
+    key = _subscript_key(expr)
+    if not isinstance(key, str):
+        return None
+    reach = model.reach.get(id(expr), ())
+    found: list = []
+    for b in reach:   # stored on the way to the read (`env["ddp"] = ...` in the same function)
+        if not isinstance(b, Entry):
+            if getattr(b, "kind", None) != "assign" or b.value is None or b.augmented is not None:
+                return None
+            found.append((model, b.value, b.ctx))
+    if reach and all(not isinstance(b, Entry) for b in reach):
+        return tuple(found)
+    base = value_at(model, expr.value)
+    if not base.atoms or not all(isinstance(a, Mapping) and not a.open for a in base.atoms):
+        return None
+    for m in base.atoms:
+        written = literal_entry(m, key)
+        if written is None and isinstance(m.node, cst.Call):
+            written = next((a.value for a in m.node.args if a.keyword is not None and a.keyword.value == key), None)
+        if written is not None:
+            found.append((m.model, written, None))
+        for where in {m.model, model}:
+            for a in _stores_by_member(where).get(f"[{key!r}]", ()):
+                if any(isinstance(x, Mapping) and x.node is m.node for x in _value(where, a.target.value).atoms):
+                    if a.augmented is not None or a.value is None:
+                        return None
+                    found.append((where, a.value, a.ctx))
+    return tuple(found) or None
 
 
 def _mapping_entries(m: Mapping) -> tuple:
@@ -2337,6 +2374,6 @@ __all__ = [
     "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
     "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
-    "argument_places", "literal_entry", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
+    "argument_places", "literal_entry", "entry_expressions", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
     "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped", "params_handed_on",
 ]

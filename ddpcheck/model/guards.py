@@ -16,7 +16,8 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    argument_expr, arguments_for, bindings_seen, is_none_of, resolve_call, sole_binding, truth_of, value_at,
+    argument_expr, arguments_for, bindings_seen, entry_expressions, is_none_of, resolve_call, sole_binding, truth_of,
+    value_at,
 )
 from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
@@ -95,6 +96,8 @@ def _condition(model, expr: cst.BaseExpression, scope) -> Condition:
         return TRUE if expr.value == "True" else FALSE
     if isinstance(expr, cst.Call):
         cond = _call_condition(model, expr, scope)
+    elif isinstance(expr, cst.Subscript):
+        cond = _entry_condition(model, expr)
     elif isinstance(expr, (cst.Name, cst.Attribute)):
         cond = _name_condition(model, expr, scope)
     else:
@@ -102,6 +105,28 @@ def _condition(model, expr: cst.BaseExpression, scope) -> Condition:
     if cond == UNKNOWN and is_rank_expr(model, expr, scope):
         return _rank_truth()   # `if not params.rank:`: rank 0 (and a single process with rank 0)
     return cond
+
+
+def _entry_condition(model, expr: cst.Subscript) -> Condition:
+    """A dict's entry (`env["master_process"]` with `env = setup()` returning
+    `{"master_process": rank == 0, ...}`): what every expression written for
+    that entry says, where it was written; else, like an attribute, its name
+    (`cfg["is_master"]`). Unknown when neither tells."""
+    written = entry_expressions(model, expr)
+    key = _string_key(expr)
+    by_name = Condition.exactly(MAIN) if key in MAIN_PREDICATES or key in _extra_guards(model) else UNKNOWN
+    if not written:
+        return by_name   # named like a main-process flag, as an attribute of that name would be
+    must, may = NONE, NONE
+    for wmodel, value, ctx in written:
+        c = condition_of(wmodel, value, ctx.function if ctx is not None else None)
+        if c == UNKNOWN:
+            return by_name
+        # a store holds where it is made (`env["master"] = True` in the single-process arm)
+        where = worlds(wmodel, ctx) if ctx is not None else ALL
+        must |= c.must & where
+        may |= c.may & where
+    return Condition(must, may)
 
 
 def _rank_truth() -> Condition:

@@ -21,6 +21,7 @@ from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import LoaderInfo, WrapInfo, loaders, wraps
 from ddpcheck.model.script import exclusive
 from ddpcheck.model.guards import worlds
+from ddpcheck.model.feasibility import Literal, ctx_literals, feasible, never_together, param_arms
 
 # Names whose reading in a test tells the wrapper apart from the model it wraps:
 # `model.module if hasattr(model, "module") else model`, `isinstance(model, DDP)`.
@@ -101,7 +102,7 @@ def wraps_held(model: ScriptModel, value: Value, ctx: Ctx) -> list[WrapInfo]:
     found = []
     for atom, w in wrap_of.items():
         if atom.model is model and (not worlds(model, w.site.ctx) & here or exclusive(w.site.ctx, ctx)
-                                    or runs_before_wrap(model, w, ctx)):
+                                    or never_together(model, w.site.ctx, ctx) or runs_before_wrap(model, w, ctx)):
             continue
         if plain_too and wrapped_by_another_method(model, w.site, ctx):
             continue
@@ -153,6 +154,88 @@ def wrapper_held(model: ScriptModel, expr: cst.BaseExpression, ctx: Ctx) -> Wrap
     return found[0] if found else None
 
 
+@query(on_cycle=False)
+def prefix_adapter(model: ScriptModel, w: WrapInfo) -> bool:
+    """The wrapper is only a key-prefix adapter: bound to a local name
+    (`m = DataParallel(m)`) that is used for nothing but loading weights into
+    it and reading `.module` back (`m.load_state_dict(sd); m = m.module`):
+    never called, trained, saved, returned, stored or handed on. Loading into
+    it is how the author matches a checkpoint whose keys carry `module.`,
+    and nothing runs through it."""
+    fn = w.site.ctx.function
+    if fn is None or w.key is None or "." in w.key:
+        return False
+    binding = next((b for b in model.bindings if b.kind == "assign" and b.value is w.site.node
+                    and b.key == w.key and b.path == ()), None)
+    if binding is None:
+        return False
+    uses = _name_uses(model, fn, w.key)
+    if uses is None:
+        return False
+    loaded = unwrapped = False
+    for node, attr in uses:
+        reach = model.reach.get(id(node))
+        if reach is None or binding not in reach:
+            continue
+        if attr == "load_state_dict":
+            loaded = True
+        elif attr == "module":
+            unwrapped = True
+        else:
+            return False
+    return loaded and unwrapped
+
+
+@query(on_cycle=None)
+def _name_uses(model: ScriptModel, fn: FunctionInfo, name: str) -> tuple | None:
+    """Every read of `name` in `fn`'s own body, with the attribute read on
+    it (`m.load_state_dict` -> "load_state_dict", a bare use -> None); None
+    when a function, lambda or class nested in `fn` mentions the name."""
+    found: list = []
+    nested = False
+
+    class Uses(cst.CSTVisitor):
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+            nonlocal nested
+            if node is fn.node:
+                return True
+            nested = nested or _mentions(node, name)
+            return False
+
+        def visit_Lambda(self, node: cst.Lambda) -> bool:
+            nonlocal nested
+            nested = nested or _mentions(node, name)
+            return False
+
+        def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+            nonlocal nested
+            nested = nested or _mentions(node, name)
+            return False
+
+        def visit_Attribute(self, node: cst.Attribute) -> None:
+            if isinstance(node.value, cst.Name) and node.value.value == name:
+                found.append((node.value, node.attr.value))
+
+        def visit_Name(self, node: cst.Name) -> None:
+            if node.value == name and not any(n is node for n, _ in found):
+                found.append((node, None))
+
+    fn.node.visit(Uses())
+    return None if nested else tuple(found)
+
+
+def _mentions(node: cst.CSTNode, name: str) -> bool:
+    class Find(cst.CSTVisitor):
+        hit = False
+
+        def visit_Name(self, n: cst.Name) -> None:
+            if n.value == name:
+                Find.hit = True
+
+    node.visit(Find())
+    return Find.hit
+
+
 # -- through parameters ------------------------------------------------------------
 
 @query(on_cycle=None)
@@ -182,9 +265,36 @@ def wrapper_in(model: ScriptModel, expr: cst.BaseExpression, ctx: Ctx) -> tuple[
         return held[0], None
     for p in value.params:
         if p.model is model and p.name not in ("self", "cls"):
-            found = wrapper_passed(model, p.fn, p.name)
+            arms = param_arms(model, expr, ctx, p.fn, p.name)
+            if arms is None:
+                found = wrapper_passed(model, p.fn, p.name)
+            else:
+                own = [(b.test, b.positive) for b in ctx.branches if b.function is p.fn]
+                found = _wrapper_passed_on_arms(model, p.fn, p.name, [own + arm for arm in arms])
             if found is not None:
                 return found
+    return None
+
+
+def _wrapper_passed_on_arms(model: ScriptModel, fn: FunctionInfo, param: str,
+                            arms: list) -> tuple[WrapInfo, CallSite] | None:
+    """wrapper_passed, for a read that holds the parameter itself only
+    along `arms` (the tests taken on the way, in `fn`): a call whose
+    argument is the wrapper counts only where those tests, as the call
+    passes their parameters, can hold together with the tests around the
+    wrap and the call (`save(model, is_wrapped=env["ddp"])` with the wrap
+    under `if env["ddp"]:` never reaches `raw = m.module if is_wrapped else
+    m`'s plain arm with the wrapper)."""
+    for arg in arguments_for(model, fn, param) or ():
+        if arg.expr is None or arg.model is not model:
+            continue
+        found = wrapper_in(model, arg.expr, arg.call.ctx)
+        if found is None:
+            continue
+        frame = (model, arg.call, fn)
+        around = ctx_literals(model, arg.call.ctx) + ctx_literals(model, found[0].site.ctx)
+        if any(feasible([Literal(model, t, pos, frame) for t, pos in arm] + around) for arm in arms):
+            return found[0], arg.call
     return None
 
 
@@ -418,6 +528,6 @@ def _hands_ddp(model: ScriptModel, call: CallSite) -> bool:
     return False
 
 
-__all__ = ["loaders_trained_through_calls", "wrapper_held", "wraps_held", "wrapped_by_another_method", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
+__all__ = ["prefix_adapter", "loaders_trained_through_calls", "wrapper_held", "wraps_held", "wrapped_by_another_method", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
            "prefixes_key", "adds_prefix", "unwrapped_fallback",
            "tells_wrapper_apart", "renames_prefix_on_load", "project_strips_prefix"]

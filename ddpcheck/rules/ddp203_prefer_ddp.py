@@ -7,6 +7,7 @@ from typing import Iterator
 from ddpcheck.model.filekind import SCRIPTS_ONLY, has_main_guard
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.values import wraps
+from ddpcheck.model.wrappers import prefix_adapter
 from ddpcheck.findings import Severity
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
@@ -46,8 +47,8 @@ class PreferDDP(Rule):
         if _never_trains(model):
             return   # inference or feature extraction: nothing to all-reduce, DDP is not the alternative
         for w in all_wraps:
-            if w.kind != "DataParallel":
-                continue
+            if w.kind != "DataParallel" or prefix_adapter(model, w):
+                continue   # a wrapper only used to load `module.`-prefixed weights runs nothing
             name = w.site.func or "nn.DataParallel"
             yield Hit(w.site.node, message=(
                 f"`{name}(...)` trains with DataParallel: one process drives all GPUs with one thread each, "

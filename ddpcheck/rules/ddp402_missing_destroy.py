@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.model.distributed import INIT_NEED, is_init_call, script_destroys
+from ddpcheck.model.distributed import INIT_NEED, is_init_call, script_destroys, starts_only_once
 from ddpcheck.model.flow import constant_of
 from ddpcheck.model.flow import resolve_call
 from ddpcheck.model.script import CallSite, ScriptModel
@@ -40,6 +40,20 @@ def starting_helper(model: ScriptModel, site: CallSite) -> tuple[ScriptModel, Ca
     return next(((tmodel, c) for c in tmodel.calls_in(fn) if is_init_call(tmodel, c)), None)
 
 
+def _one_call_per_idempotent_start(helpers: list) -> list:
+    """A helper whose group start is skipped once a group exists (`if
+    dist.is_initialized(): return`) starts one group however often it is
+    called: its first call in the file stands for all of them."""
+    kept, seen = [], set()
+    for site, (hmodel, init) in sorted(helpers, key=lambda h: h[0].ctx.order):
+        if starts_only_once(hmodel, init):
+            if id(init.node) in seen:
+                continue
+            seen.add(id(init.node))
+        kept.append((site, (hmodel, init)))
+    return kept
+
+
 @register
 class MissingDestroy(Rule):
     code = "DDP402"
@@ -62,6 +76,7 @@ class MissingDestroy(Rule):
                                     for t in [starting_helper(model, c)] if t is not None]
         if not (inits or helpers) or script_destroys(model) is not False:
             return
+        helpers = _one_call_per_idempotent_start(helpers)
         for site, (hmodel, init) in helpers:
             yield Hit(site.node, message=(
                 f"`{site.func}(...)` ({hmodel.file_name}) starts a process group with `{init.func}(...)` that this "
