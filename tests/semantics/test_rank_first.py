@@ -9,10 +9,11 @@ rank guard anywhere on the chain, an argument that turns the work off, or
 
 from __future__ import annotations
 
+from ddpcheck.model.downloads import same_download
 from ddpcheck.model.makedirs import racy_folder_creation
-from ddpcheck.model.rankfirst import helper_work_at_once
+from ddpcheck.model.rankfirst import every_rank_at_once, helper_work_at_once
 from tests.conftest import write
-from tests.semantics.helpers import build_file
+from tests.semantics.helpers import build, build_file
 
 RECORDER = """\
 import os
@@ -79,3 +80,33 @@ def test_a_recursive_chain_ends(tmp_path):
                                                     "dist.init_process_group('nccl')\ndown('o', 3)\n"), tmp_path)
     site = next(c for c in model.calls if c.func == "down")
     assert helper_work_at_once(model, site, racy_folder_creation) is None
+
+
+ORDERING = """\
+import os, shutil, time
+import torch.distributed as dist
+from torchvision.datasets import CIFAR10
+def main(local_rank, root):
+    dist.init_process_group("nccl")
+    if local_rank == 0:
+        {rank_zero}
+    else:
+        {others}
+    return CIFAR10(root, download=True)
+main(int(os.environ["LOCAL_RANK"]), "data")
+"""
+
+
+def _download_at_once(rank_zero: str, others: str) -> bool:
+    model = build(ORDERING.format(rank_zero=rank_zero, others=others))
+    site = next(c for c in model.calls if c.func == "CIFAR10")
+    return every_rank_at_once(model, site, same_download)
+
+
+def test_a_wait_loop_for_another_file_does_not_order_the_download():
+    assert _download_at_once("shutil.copy('a', 'b')",
+                             "while not os.path.exists('b'):\n            time.sleep(1)")
+
+
+def test_rank_zero_downloading_before_a_barrier_orders_it():
+    assert not _download_at_once("CIFAR10(root, download=True)\n        dist.barrier()", "dist.barrier()")
