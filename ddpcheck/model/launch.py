@@ -70,6 +70,7 @@ class LaunchCommand:
     use_env: bool = False              # torch.distributed.launch --use-env: no rank argument
     script_args: tuple[tuple[str, str], ...] = ()   # (option, value as written) passed to the script
     divided: frozenset[str] = frozenset()           # options whose value the shell computes with a division
+    count_in_variable: bool = False    # the process count is a shell variable (`--nproc_per_node=$NGPUS`)
 
     @property
     def sets_local_rank_env(self) -> bool:
@@ -237,6 +238,18 @@ def _processes(launcher: str, tokens: list[str], shell: dict[str, str]) -> int |
     return None
 
 
+_COUNT_OPTIONS = ("--nproc_per_node", "--nproc-per-node", "--nnodes", "--num_gpus", "--num-gpus", "--num_nodes",
+                  "--num-nodes", "--num_processes", "--num-processes", "--ntasks", "-n", "-np")
+
+
+def _count_in_variable(tokens: list[str]) -> bool:
+    """The command's process count is read from a shell variable
+    (`--nproc_per_node=$NGPUS`): a knob its user sets, whatever the script
+    assigns it by default."""
+    values = (_option(tokens, (name,)) for name in _COUNT_OPTIONS)
+    return any(value is not None and "$" in value for value in values)
+
+
 def _command_text(line: str) -> str:
     """The command as written, without a shell variable it is kept in
     (`run_cmd="deepspeed ...`) or a prompt."""
@@ -277,7 +290,8 @@ def commands_in_text(text: str, where: str, shell: dict[str, str] | None = None
             found.append((token, LaunchCommand(
                 launcher=launcher, where=f"{where}:{number}", text=_command_text(line),
                 processes=_processes(launcher, before, shell), use_env=env_only,
-                script_args=tuple(script_args), divided=frozenset(divided))))
+                script_args=tuple(script_args), divided=frozenset(divided),
+                count_in_variable=_count_in_variable(before))))
             break
     return found
 
@@ -423,7 +437,7 @@ def commands_in_script(text: str, file_name: str) -> list[LaunchCommand]:
                 found.append(LaunchCommand(
                     launcher=command.launcher, where=f"{file_name}:{tok.start[0] + inner - 1}", text=command.text,
                     processes=command.processes, use_env=command.use_env, script_args=command.script_args,
-                    divided=command.divided))
+                    divided=command.divided, count_in_variable=command.count_in_variable))
     return found
 
 

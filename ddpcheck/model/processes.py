@@ -16,7 +16,10 @@ shows one process:
   names a process count runs one process (`--nproc_per_node=1`,
   `--num_gpus 1`), and there is at least one.
 
-An undocumented process count (`--nproc_per_node=$NGPU`) is not one process.
+An undocumented process count (`--nproc_per_node=$NGPU`) is not one process,
+nor is a count the command reads from a shell variable the script sets to 1
+(`NGPUS=1` above `--nproc_per_node=$NGPUS`): the variable is the knob its
+user turns for the multi-GPU run.
 A plain `python train.py` is not evidence either way: it is how a script that
 works on one GPU is run today, and moving it to several is what the user is
 about to do (a script whose group starts only when WORLD_SIZE > 1, documented
@@ -67,7 +70,7 @@ def one_process(model: ScriptModel) -> str | None:
     if _ONE_DEVICE.search(model.text) and _lightning_on_one_device(model):
         return "Lightning is given `devices=1`: it starts one process"
     commands = through_launchers(launch_commands(model))
-    if not commands or any(c.processes != 1 for c in commands):
+    if not commands or any(c.processes != 1 or c.count_in_variable for c in commands):
         return None
     return f"every documented launch runs one process ({commands[0].where}: `{commands[0].text}`)"
 

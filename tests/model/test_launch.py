@@ -131,3 +131,15 @@ def test_lightning_given_one_device_starts_one_process(tmp_path):
     trainer = ("from pytorch_lightning import Trainer\n"
                "Trainer(devices=1).fit(model)\nTrainer(devices=2).fit(model)\n")
     assert one_process(model_of(tmp_path / "d.py", trainer)) is None   # one of them runs two
+
+
+def test_a_count_kept_in_a_shell_variable_is_a_knob_not_one_process(tmp_path):
+    code = "import torch.distributed as dist\ndist.init_process_group('nccl')\n"
+    path = write(tmp_path / "train.py", code)
+    write(tmp_path / "LICENSE", "")
+    write(tmp_path / "launch.sh", "NGPUS=1\npython -m torch.distributed.launch --nproc_per_node=$NGPUS train.py cfg.py\n")
+    (command,) = launch_commands(model_of(path, code))
+    assert command.processes == 1 and command.count_in_variable
+    assert one_process(model_of(path, code)) is None
+    write(tmp_path / "launch.sh", "python -m torch.distributed.launch --nproc_per_node=1 train.py cfg.py\n")
+    assert "one process" in one_process(model_of(path, code))   # written as a literal: one process
