@@ -13,6 +13,8 @@ Recognised (aliases resolved, helpers followed into the file or local modules):
 
 from __future__ import annotations
 
+import ast
+
 import libcst as cst
 
 from ddpcheck.model.flow import (
@@ -382,6 +384,11 @@ def _comparison(model, expr: cst.Comparison, scope) -> Condition:
     left, right = expr.left, target.comparator
     if op_type not in _OPS:
         return UNKNOWN
+    compared = _param_compared(model, expr, scope)
+    if compared is not None:
+        cond = _compared_in_calls(model, scope, *compared)
+        if cond is not None:
+            return cond
     # `rank % ngpus_per_node == 0`: the first process of every node (torchvision,
     # MoCo). For logging and saving it is a rank guard.
     if isinstance(left, cst.BinaryOperation) and isinstance(left.operator, cst.Modulo):
@@ -432,6 +439,73 @@ def _comparison(model, expr: cst.Comparison, scope) -> Condition:
         if any(results):
             may.add(world)
     return Condition(frozenset(must), frozenset(may))
+
+
+_NO_VALUE = object()
+
+
+def literal_value(expr: cst.BaseExpression | None):
+    """The Python value of a literal as written (`''`, `[]`, `"out"`, `3`,
+    `None`, `(1, 2)`), else _NO_VALUE."""
+    if expr is None:
+        return _NO_VALUE
+    try:
+        return ast.literal_eval(cst.Module([]).code_for_node(expr).strip())
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return _NO_VALUE
+
+
+def _param_compared(model, expr: cst.Comparison, scope):
+    """`param != ''`, `param == "none"`, `len(param) > 0` (either side): the
+    parameter of `scope` compared with a literal, and the test as a function
+    of the parameter's value; None for anything else."""
+    if scope is None or len(expr.comparisons) != 1:
+        return None
+    op_type = type(expr.comparisons[0].operator)
+    if op_type not in _OPS or op_type in (cst.Is, cst.IsNot):
+        return None
+    left, right = expr.left, expr.comparisons[0].comparator
+    if literal_value(left) is not _NO_VALUE and literal_value(right) is _NO_VALUE:
+        if op_type not in (cst.Equal, cst.NotEqual, *_FLIP):
+            return None
+        left, right = right, left
+        op_type = _FLIP.get(op_type, op_type)
+    bound = literal_value(right)
+    if bound is _NO_VALUE:
+        return None
+    measure = None
+    if isinstance(left, cst.Call) and isinstance(left.func, cst.Name) and left.func.value == "len" \
+            and len(left.args) == 1 and not left.args[0].star:
+        left, measure = left.args[0].value, len
+    if not (isinstance(left, cst.Name) and _own_param(model, left, scope)):
+        return None
+    test = _OPS[op_type]
+
+    def judge(value) -> bool | None:
+        try:
+            return bool(test(measure(value) if measure is not None else value, bound))
+        except TypeError:
+            return None   # `len(None)` raises, `None < 1` too: not a branch that is taken quietly
+    return left.value, judge
+
+
+def _compared_in_calls(model, fn, name: str, judge) -> Condition | None:
+    """Where the test `judge` of parameter `name` holds, from what the file's
+    calls pass (a literal, or the default as written); None when some call
+    passes something else, or no call is seen."""
+    args = arguments_for(model, fn, name)
+    if not args:
+        return None
+    must, may = ALL, NONE
+    for a in args:
+        answer = judge(literal_value(a.expr)) if literal_value(a.expr) is not _NO_VALUE else None
+        if answer is None:
+            return None
+        where = worlds(model, a.call.ctx)
+        cond = TRUE if answer else FALSE
+        must &= cond.must | (ALL - where)
+        may |= cond.may & where
+    return Condition(must, may)
 
 
 def _size_comparison(model, left, op_type, right, scope) -> Condition:
@@ -550,6 +624,11 @@ def condition_in_call(model, test: cst.BaseExpression, fn, frames: tuple) -> Con
         return _fold_chain(test, lambda part: condition_in_call(model, part, fn, frames))
     if isinstance(test, cst.Name) and _own_param(model, test, fn):
         return _argument_condition(model, fn, test.value, frames, none_test=False)
+    compared = _param_compared(model, test, fn) if isinstance(test, cst.Comparison) else None
+    if compared is not None:
+        answer = _compared_at_call(model, fn, *compared, frames)
+        if answer is not None:
+            return TRUE if answer else FALSE
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and \
             type(test.comparisons[0].operator) in (cst.Is, cst.IsNot):
         left, right = test.left, test.comparisons[0].comparator
@@ -564,6 +643,24 @@ def _own_param(model, name: cst.Name, fn) -> bool:
     """`name` reads `fn`'s parameter as passed (not rebound before the read)."""
     bound = sole_binding(model, name)
     return bound is not None and bound.kind == "param" and bound.ctx.function is fn
+
+
+def _compared_at_call(model, fn, name: str, judge, frames: tuple) -> bool | None:
+    """The test `judge` of parameter `name` of `fn` for what the call
+    `frames[0]` passes: a literal, or the default when it passes nothing (a
+    parameter of the caller handed on is judged at the call further out)."""
+    caller_model, call = frames[0]
+    bound, expr = argument_expr(call, fn, name)
+    if not bound:
+        return None
+    if expr is None:
+        value = literal_value(_default_of(fn, name))
+    elif isinstance(expr, cst.Name) and len(frames) > 1 and call.ctx.function is not None \
+            and _own_param(caller_model, expr, call.ctx.function):
+        return _compared_at_call(caller_model, call.ctx.function, expr.value, judge, frames[1:])
+    else:
+        value = literal_value(expr)
+    return None if value is _NO_VALUE else judge(value)
 
 
 def _argument_condition(model, fn, name: str, frames: tuple, none_test: bool) -> Condition:

@@ -262,3 +262,44 @@ def test_a_static_method_called_on_self_binds_its_first_parameter_to_the_first_a
     call = next(c for c in model.calls if c.func == "self.build")
     assert model.module.code_for_node(argument_expr(call, fn, "sync")[1]) == "False"
     assert model.module.code_for_node(argument_expr(call, fn, "cls")[1]) == "Dataset"
+
+
+def test_a_parameter_compared_with_a_literal_is_judged_by_what_the_call_passes():
+    code = """
+        def helper(img, savefig=''):
+            if savefig != '':
+                use(img)
+        helper(1)
+        helper(2, savefig='out/fig')
+        helper(3, savefig=name)
+        """
+    assert [reached(code, i) for i in range(3)] == [False, True, True]   # `name` unknown: both arms
+
+
+def test_the_length_of_a_parameter_compared_with_a_literal():
+    code = """
+        def helper(img, keep=[]):
+            if len(keep) > 0:
+                use(img)
+        helper(1)
+        helper(2, keep=["a"])
+        helper(3, keep=None)
+        """
+    # `len(None)` raises: not an arm the engine can call untaken
+    assert [reached(code, i) for i in range(3)] == [False, True, True]
+
+
+def test_a_comparison_handed_on_through_the_callers_parameter():
+    code = """
+        def helper(img, mode="train"):
+            if mode == "val":
+                use(img)
+        def outer(img, mode="train"):
+            helper(img, mode=mode)
+        outer(1)
+        """
+    model = build(code)
+    _, site = marked(model)
+    helper, outer = _fn(model, "helper"), _fn(model, "outer")
+    inner_call, outer_call = _calls(model, "helper")[0], _calls(model, "outer")[0]
+    assert not reached_from_call(model, site.ctx, helper, ((model, inner_call), (model, outer_call)))
