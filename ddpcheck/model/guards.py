@@ -23,7 +23,7 @@ from ddpcheck.model.flow import (
 )
 from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
-from ddpcheck.model.names import dotted_name, environ_key, string_value
+from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
 from ddpcheck.model.memo import query
 from ddpcheck.model.reads import reads
 from ddpcheck.model.worlds import (
@@ -513,9 +513,15 @@ def _size_comparison(model, left, op_type, right, scope) -> Condition:
     value = _literal(right)
     if not isinstance(value, int):
         return UNKNOWN
+    while isinstance(left, cst.Call) and _last(model, left.func) == "int" and len(left.args) >= 1:
+        left = left.args[0].value   # `int(os.environ.get("WORLD_SIZE", 1)) > 1`
     if isinstance(left, cst.Call):
         last = _last(model, left.func)
-        is_ws = last == "get_world_size"
+        is_ws = last == "get_world_size" or (
+            last in ("get", "getenv") and bool(left.args) and string_value(left.args[0].value) == "WORLD_SIZE"
+            and (last == "getenv" or is_environ(model.imports, left.func.value if isinstance(left.func, cst.Attribute) else left.func)))
+    elif isinstance(left, cst.Subscript):
+        is_ws = environ_key(model.imports, left) == "WORLD_SIZE"
     else:
         last = _last(model, left)
         is_ws = last in WORLD_SIZE_NAMES
