@@ -17,7 +17,9 @@ import libcst as cst
 from ddpcheck.model.flow import Pass, argument_expr, bindings_seen, every_pass, resolve_call
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel
-from ddpcheck.model.values import LoaderInfo
+from ddpcheck.model.guards import worlds_from_call
+from ddpcheck.model.values import LoaderInfo, sharded_held_loaders
+from ddpcheck.model.worlds import DISTRIBUTED
 
 from ddpcheck.model.vocabulary import EVAL_FUNCTION, EVAL_LOADER_NAME, TRAIN_NAME  # noqa: E402
 
@@ -138,4 +140,24 @@ def is_eval_loader(model: ScriptModel, loader: LoaderInfo) -> bool:
     return result
 
 
-__all__ = ["LoaderLoop", "loader_loops", "is_eval_loader", "no_grad", "EVAL_FUNCTION"]
+def _made_in_a_single_process(model: ScriptModel, loader: LoaderInfo, atom) -> bool:
+    """The builder the holding call runs makes `atom` (a sampler other than
+    a DistributedSampler) only in an arm no rank of a distributed run takes,
+    for what the call passes (`if distributed: ... else: RandomSampler(ds)`)."""
+    if loader.via is None:
+        return False
+    target = resolve_call(model, loader.via)
+    if target is None or target[0] is not atom.model or atom.site.ctx.function is not target[1]:
+        return False
+    reached = worlds_from_call(atom.model, atom.site.ctx, target[1], ((model, loader.via),))
+    return not (reached & DISTRIBUTED)
+
+
+def sharded_when_distributed(model: ScriptModel) -> list[LoaderInfo]:
+    """The held loaders fed by a DistributedSampler on every path a
+    distributed run takes through their builder (values.sharded_held_loaders;
+    a sampler the builder makes only for a single process does not count)."""
+    return sharded_held_loaders(model, _made_in_a_single_process)
+
+
+__all__ = ["LoaderLoop", "sharded_when_distributed", "loader_loops", "is_eval_loader", "no_grad", "EVAL_FUNCTION"]

@@ -230,11 +230,12 @@ def _held_loaders(model: ScriptModel) -> tuple[LoaderInfo, ...]:
     return tuple(result)
 
 
-def sharded_held_loaders(model: ScriptModel) -> list[LoaderInfo]:
+def sharded_held_loaders(model: ScriptModel, single_only=None) -> list[LoaderInfo]:
     """The held loaders (held_loaders, and those built by a builder call
     written as an argument: `evaluate(model, make_loader(ds, mode="test"))`)
-    that held_sharded_for_sure keeps."""
-    return [h for h in held_loaders(model) + list(_argument_loaders(model)) if held_sharded_for_sure(model, h)]
+    that held_sharded_for_sure keeps (`single_only`: see there)."""
+    return [h for h in held_loaders(model) + list(_argument_loaders(model))
+            if held_sharded_for_sure(model, h, single_only)]
 
 
 @query(on_cycle=())
@@ -261,13 +262,16 @@ def _argument_loaders(model: ScriptModel) -> tuple[LoaderInfo, ...]:
     return tuple(result)
 
 
-def held_sharded_for_sure(model: ScriptModel, loader: LoaderInfo) -> bool:
+def held_sharded_for_sure(model: ScriptModel, loader: LoaderInfo, single_only=None) -> bool:
     """A loader a name of this file holds from a builder (held_loaders) that is
     this DataLoader and no other on every path, fed by a DistributedSampler on
     every path of the builder: `build_loader(ds, mode="val")` whose body
     always makes `DistributedSampler(ds, shuffle=(mode == "train"))`. A
     builder that picks its loader or its sampler by an argument (`if mode ==
-    "train": ... else: ...`) leaves which one this call gets unknown."""
+    "train": ... else: ...`) leaves which one this call gets unknown.
+    `single_only(model, loader, atom)`: the other sampler `atom` is made only where
+    the process runs alone (`if distributed: DistributedSampler(ds) else:
+    RandomSampler(ds)`, judged by the caller, which knows the guards)."""
     a = loader.binding
     if not loader.held or a is None:
         return False
@@ -278,6 +282,7 @@ def held_sharded_for_sure(model: ScriptModel, loader: LoaderInfo) -> bool:
     if not held.known or len(held.made_by("DataLoader")) != 1:
         return False
     m, site = loader.model, loader.site
+    alone = (lambda atom: single_only(model, loader, atom)) if single_only is not None else None
     sampler = call_argument(m, site, "sampler", 3)
     if sampler is None:
         batch = call_argument(m, site, "batch_sampler", 4)
@@ -287,16 +292,19 @@ def held_sharded_for_sure(model: ScriptModel, loader: LoaderInfo) -> bool:
         if not batch.known or not batch.atoms or not all(isinstance(x, Made) and x.is_api("BatchSampler")
                                                          for x in batch.atoms):
             return False
-        return all(_only_distributed(x.model, call_argument(x.model, x.site, "sampler", 0)) for x in batch.atoms)
-    return _only_distributed(m, sampler)
+        return all(_only_distributed(x.model, call_argument(x.model, x.site, "sampler", 0), alone)
+                   for x in batch.atoms)
+    return _only_distributed(m, sampler, alone)
 
 
-def _only_distributed(model: ScriptModel, value: Value | None) -> bool:
+def _only_distributed(model: ScriptModel, value: Value | None, alone) -> bool:
     if value is None:
         return False
     value = resolved(model, value)
-    return value.known and bool(value.atoms) and all(
-        isinstance(x, Made) and instance_of(x, "DistributedSampler") for x in value.atoms)
+    sharded = [x for x in value.atoms if isinstance(x, Made) and instance_of(x, "DistributedSampler")]
+    return value.known and bool(sharded) and all(
+        (isinstance(x, Made) and instance_of(x, "DistributedSampler"))
+        or (alone is not None and isinstance(x, Made) and alone(x)) for x in value.atoms)
 
 
 # -- wrapped models --------------------------------------------------------------

@@ -7,11 +7,11 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.model.evaluation import is_eval_loader, loader_loops
+from ddpcheck.model.evaluation import sharded_when_distributed, is_eval_loader, loader_loops
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.reads import reads
-from ddpcheck.model.values import LoaderInfo, loaders, sharded_held_loaders
+from ddpcheck.model.values import LoaderInfo, loaders
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
@@ -86,7 +86,7 @@ class EvalSamplerPadding(Rule):
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
         reported: set[int] = set()
-        for loader in loaders(model) + sharded_held_loaders(model):
+        for loader in loaders(model) + sharded_when_distributed(model):
             padded = [s for s in loader.samplers if s.drop_last is False]
             if not padded or not is_eval_loader(model, loader):
                 continue
