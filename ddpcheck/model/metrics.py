@@ -18,7 +18,10 @@ import libcst as cst
 from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
-from ddpcheck.model.flow import call_sites_of, callees, instance_class, mro, result_dropped, value_of
+from ddpcheck.model.flow import (
+    Made, Mapping, Seq, Value, argument_expr, call_sites_of, callees, instance_class, mro, resolve_call, result_dropped,
+    sole_binding, value_at,
+)
 
 REDUCTION_NAME = re.compile(r"reduce|gather|synchroni[sz]e|(^|_)sync(_|$)|sync_between|average_across|across_processes",
                             re.I)
@@ -98,26 +101,86 @@ def method_accumulates(model: ScriptModel, fn: FunctionInfo) -> bool:
     return False
 
 
+def _accumulating_atom(atom: Made, method: str) -> bool:
+    cls = instance_class(atom.model, atom)
+    if cls is None:
+        return False
+    cmodel, info = cls
+    if class_reduces(cmodel, info.name):
+        return False
+    if METER_CLASS.search(info.name):
+        return True
+    for m, c in mro(cmodel, info):
+        fn = c.methods.get(method)
+        if fn is not None:
+            return method_accumulates(m, fn)
+    return False
+
+
 def accumulating_object(model: ScriptModel, expr: cst.BaseExpression, method: str) -> bool:
     """`expr` holds an object of a class of the tree that keeps a running
     metric and never reduces it: named like a meter (`AverageMeter`), or its
-    `method` (`update`, `__call__`) adds to its own attributes."""
-    for atom in value_of(model, expr).made:
-        cls = instance_class(atom.model, atom)
-        if cls is None:
+    `method` (`update`, `__call__`) adds to its own attributes. A parameter
+    holds what the file's calls pass (`metric_dict["op"][0]` in `validate(net,
+    loader, metric_dict)`, the dict built by its caller)."""
+    return any(_accumulating_atom(atom, method) for atom in value_at(model, expr).made)
+
+
+def _receiver_root(expr: cst.BaseExpression) -> cst.Name | None:
+    """`metric_dict` of `metric_dict["op"][i]` / `meters.top1`."""
+    while isinstance(expr, (cst.Subscript, cst.Attribute)):
+        expr = expr.value
+    return expr if isinstance(expr, cst.Name) else None
+
+
+@query(on_cycle=frozenset())
+def updated_params(model: ScriptModel, fn: FunctionInfo) -> frozenset[tuple[str, str]]:
+    """(parameter, method): `fn` calls an accumulating method on an entry or
+    attribute of its parameter (`metric_dict["op"][i].update(*pair)` in a
+    helper `update_metrics(metric_dict, results)`)."""
+    found = set()
+    for c in model.calls_in(fn):
+        if c.receiver is None or c.attr not in ACCUMULATING_METHODS:
             continue
-        cmodel, info = cls
-        if class_reduces(cmodel, info.name):
-            continue
-        if METER_CLASS.search(info.name):
-            return True
-        for m, c in mro(cmodel, info):
-            fn = c.methods.get(method)
-            if fn is not None:
-                if method_accumulates(m, fn):
-                    return True
-                break
-    return False
+        root = _receiver_root(c.receiver)
+        bound = sole_binding(model, root) if root is not None else None
+        if bound is not None and bound.kind == "param" and bound.ctx.function is fn:
+            found.add((root.value, c.attr))
+    return frozenset(found)
+
+
+def _objects_in(value: Value) -> list[Made]:
+    """The objects a value holds, in its containers too (a dict of lists of meters)."""
+    out, stack, seen = [], [value], set()
+    while stack:
+        v = stack.pop()
+        for atom in v.atoms:
+            if id(atom) in seen:
+                continue
+            seen.add(id(atom))
+            if type(atom) is Made:
+                out.append(atom)
+            elif isinstance(atom, Seq) and atom.items is not None:
+                stack.extend(atom.items)
+            elif isinstance(atom, Mapping):
+                stack.extend(entry for _, entry in atom.entries)
+    return out
+
+
+def containers_updated_by(model: ScriptModel, site: CallSite) -> list[cst.BaseExpression]:
+    """The arguments of `site` whose metric objects the function it runs
+    updates (updated_params): `update_metrics(metric_dict, results)` with
+    `metric_dict = {"op": [Acc(), TopK(1)]}` built by the caller."""
+    target = resolve_call(model, site)
+    if target is None:
+        return []
+    out = []
+    for param, method in sorted(updated_params(*target)):
+        bound, expr = argument_expr(site, target[1], param)
+        if bound and expr is not None and any(_accumulating_atom(a, method)
+                                              for a in _objects_in(value_at(model, expr))):
+            out.append(expr)
+    return out
 
 
 @dataclass(frozen=True)
@@ -133,4 +196,5 @@ class Accumulator:
 __all__ = [
     "is_reduction", "function_reduces", "is_report", "class_reduces",
     "Accumulator", "METER_CLASS", "ACCUMULATING_METHODS", "accumulating_object", "method_accumulates",
+    "updated_params", "containers_updated_by",
 ]

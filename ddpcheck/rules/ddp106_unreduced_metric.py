@@ -7,14 +7,14 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.model.evaluation import LoaderLoop, is_eval_loader, loader_loops
+from ddpcheck.model.evaluation import sharded_when_distributed, LoaderLoop, is_eval_loader, loader_loops
 from ddpcheck.model.metrics import (
-    ACCUMULATING_METHODS, Accumulator, accumulating_object, callers_reduce_the_return, class_reduces, function_reduces, is_report,
+    ACCUMULATING_METHODS, Accumulator, accumulating_object, callers_reduce_the_return, containers_updated_by, class_reduces, function_reduces, is_report,
 )
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.flow import mro
-from ddpcheck.model.values import loaders, sharded_held_loaders
+from ddpcheck.model.values import loaders
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.findings import Severity
@@ -68,6 +68,10 @@ def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
                 found[key] = Accumulator(key, c.node)
             elif method in ACCUMULATING_METHODS and accumulating_object(m, obj, method):
                 found[key] = Accumulator(key, c.node)
+        for container in containers_updated_by(m, c):   # `update_metrics(metric_dict, results)`
+            key = dotted_name(container)
+            if key is not None:
+                found.setdefault(key, Accumulator(key, c.node))
     # loop variables are not results
     return [acc for k, acc in found.items() if k not in loop.targets]
 
@@ -167,7 +171,7 @@ class UnreducedMetric(Rule):
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
         reported: set[int] = set()
-        for loader in loaders(model) + sharded_held_loaders(model):
+        for loader in loaders(model) + sharded_when_distributed(model):
             if not loader.samplers or not is_eval_loader(model, loader):
                 continue
             for ll in loader_loops(model, loader):
