@@ -53,19 +53,30 @@ def _once_a_group_exists(model: ScriptModel, test) -> bool | None:
     return None
 
 
-@query(on_cycle=False)
-def function_inits(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
-    """The function (or one it calls, 3 deep) calls init_process_group."""
+@query(on_cycle=None)
+def group_start_in(model: ScriptModel, fn: FunctionInfo) -> tuple[ScriptModel, object] | None:
+    """The init_process_group call that running `fn` makes: in its own body,
+    or in a function of the tree it calls, any number of calls down and
+    across modules (a trainer's base-class `__init__` -> `setup()` -> a
+    helper module's `init_dist()`): (the model it is in, the call). A chain
+    that comes back to a function already on it adds nothing."""
     if not model.may_reach(INIT_NEED):
-        return False
-    result = any(is_init_call(model, c) for c in model.calls_in(fn))
-    if not result and depth < 3:
-        for c in model.calls_in(fn):
+        return None
+    calls = model.calls_in(fn)
+    found = next(((model, c) for c in calls if is_init_call(model, c)), None)
+    if found is None:
+        for c in calls:
             target = resolve_call(model, c, INIT_NEED)
-            if target is not None and function_inits(target[0], target[1], depth + 1):
-                result = True
-                break
-    return result
+            if target is not None and target[1] is not fn:
+                found = group_start_in(target[0], target[1])
+                if found is not None:
+                    break
+    return found
+
+
+def function_inits(model: ScriptModel, fn: FunctionInfo) -> bool:
+    """The function (or one it calls, any number of calls down) calls init_process_group."""
+    return group_start_in(model, fn) is not None
 
 
 @query
@@ -127,7 +138,7 @@ def runs_distributed(model: ScriptModel) -> bool:
     return result
 
 
-__all__ = ["starts_only_once", "runs_distributed", "init_calls", "function_inits", "distributed_samplers"]
+__all__ = ["starts_only_once", "runs_distributed", "init_calls", "function_inits", "group_start_in", "distributed_samplers"]
 
 
 # A helper we cannot see whose name says it tears the process group down.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.model.distributed import INIT_NEED, is_init_call, script_destroys, starts_only_once
+from ddpcheck.model.distributed import INIT_NEED, group_start_in, is_init_call, script_destroys, starts_only_once
 from ddpcheck.model.flow import constant_of
 from ddpcheck.model.flow import resolve_call
 from ddpcheck.model.script import CallSite, ScriptModel
@@ -30,14 +30,15 @@ _NCCL = ("since PyTorch 2.4 every rank prints a warning about it at exit, pendin
 
 
 def starting_helper(model: ScriptModel, site: CallSite) -> tuple[ScriptModel, CallSite] | None:
-    """The call runs a function of another module of the tree whose own body
-    starts the process group (`misc.init_distributed_mode(args)`): that
-    module and its init_process_group call."""
+    """The call runs a function of another module of the tree that starts
+    the process group, itself or any number of calls down
+    (`misc.init_distributed_mode(args)`, `Trainer(cfg)` whose base class's
+    `__init__` calls `setup()`, which calls a helper's `init_dist()`): the
+    module of the init_process_group call and the call."""
     target = resolve_call(model, site, INIT_NEED)
     if target is None or target[0] is model:
         return None
-    tmodel, fn = target
-    return next(((tmodel, c) for c in tmodel.calls_in(fn) if is_init_call(tmodel, c)), None)
+    return group_start_in(*target)
 
 
 def _one_call_per_idempotent_start(helpers: list) -> list:
