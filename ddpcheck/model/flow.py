@@ -985,6 +985,70 @@ def entry_expressions(model: ScriptModel, expr: cst.Subscript) -> tuple[tuple[Sc
     return tuple(found) or None
 
 
+def field_expressions(model: ScriptModel, expr: cst.Attribute) -> tuple[tuple[ScriptModel, cst.BaseExpression, FunctionInfo | None], ...] | None:
+    """The expressions a record's field was made from (`env.leader` with `env =
+    setup()` returning `DistEnv(rank=rank, leader=rank == 0)`, DistEnv a
+    `@dataclass` or a `typing.NamedTuple` of the tree with no `__init__` of
+    its own): the constructor's argument for that field, by keyword or by the
+    order the fields are declared in, else the field's default; each with its
+    file and the function it is read in. None when the object may be
+    anything else or the field is not passed visibly (`*args`, `**kw`)."""
+    name = expr.attr.value
+    base = value_at(model, expr.value)
+    if not base.atoms:
+        return None
+    found: list = []
+    for atom in base.atoms:
+        if not isinstance(atom, Made):
+            return None
+        owner = instance_class(atom.model, atom)
+        if owner is None:
+            return None
+        fields = record_fields(*owner)
+        if fields is None or name not in fields:
+            return None
+        call = atom.site.node
+        written = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+        if written is None:
+            if any(a.star for a in call.args):
+                return None
+            positional = [a.value for a in call.args if a.keyword is None]
+            index = list(fields).index(name)
+            if index < len(positional):
+                written = positional[index]
+            else:
+                default = fields[name]
+                if default is None:
+                    return None
+                found.append((owner[0], default, None))
+                continue
+        found.append((atom.model, written, atom.site.ctx.function))
+    return tuple(found)
+
+
+@query(on_cycle=None)
+def record_fields(model: ScriptModel, cls: ClassInfo) -> dict[str, cst.BaseExpression | None] | None:
+    """The fields of a `@dataclass` or `typing.NamedTuple` class of the tree,
+    in declaration order, with their defaults as written (None: no default,
+    or one that is not a plain value); None for any other class (one with
+    an `__init__` of its own or other bases)."""
+    decorators = {(dotted_name(d.decorator.func if isinstance(d.decorator, cst.Call) else d.decorator) or "")
+                  .rpartition(".")[2] for d in cls.node.decorators}
+    bases = {(dotted_name(b) or "").rpartition(".")[2] for b in cls.bases}
+    if not (("dataclass" in decorators and not bases) or bases == {"NamedTuple"}) or "__init__" in cls.methods:
+        return None
+    fields: dict[str, cst.BaseExpression | None] = {}
+    body = cls.node.body.body if isinstance(cls.node.body, cst.IndentedBlock) else ()
+    for stmt in body:
+        for small in (stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ()):
+            if isinstance(small, cst.AnnAssign) and isinstance(small.target, cst.Name):
+                if "ClassVar" in model.module.code_for_node(small.annotation.annotation):
+                    continue
+                value = small.value
+                fields[small.target.value] = None if isinstance(value, cst.Call) else value
+    return fields
+
+
 def _mapping_entries(m: Mapping) -> tuple:
     return m.entries
 
@@ -2374,6 +2438,6 @@ __all__ = [
     "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
     "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
-    "argument_places", "literal_entry", "entry_expressions", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
+    "argument_places", "literal_entry", "entry_expressions", "field_expressions", "record_fields", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
     "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped", "params_handed_on",
 ]

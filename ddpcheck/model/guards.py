@@ -18,8 +18,8 @@ import ast
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    argument_expr, arguments_for, bindings_seen, entry_expressions, is_none_of, resolve_call, sole_binding, truth_of,
-    value_at,
+    argument_expr, arguments_for, bindings_seen, entry_expressions, field_expressions, is_none_of, resolve_call,
+    sole_binding, truth_of, value_at,
 )
 from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
@@ -128,7 +128,8 @@ def _entry_condition(model, expr: cst.Subscript) -> Condition:
         where = worlds(wmodel, ctx) if ctx is not None else ALL
         must |= c.must & where
         may |= c.may & where
-    return Condition(must, may)
+    cond = Condition(must, may)
+    return by_name if cond in (TRUE, FALSE) else cond   # a constant entry says nothing of ranks here
 
 
 def _rank_truth() -> Condition:
@@ -197,6 +198,16 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
                 must |= c.must
                 may |= c.may
             return Condition(must, may)
+    if isinstance(expr, cst.Attribute) and not assigns:
+        # a field of a record made by a set-up function (`DistEnv(rank=r, leader=r == 0)`)
+        made = field_expressions(model, expr)
+        if made:
+            conds = [condition_of(fmodel, value, fscope) for fmodel, value, fscope in made]
+            if all(c != UNKNOWN for c in conds):
+                cond = Condition(frozenset.intersection(*(c.must for c in conds)),
+                                 frozenset.union(*(c.may for c in conds)))
+                if cond not in (TRUE, FALSE):
+                    return cond   # a constant field (a config's default) says nothing of ranks here
     if last in MAIN_PREDICATES or last in _extra_guards(model):
         return Condition.exactly(MAIN)
     key = dotted_name(expr)

@@ -389,3 +389,40 @@ def test_a_parameter_every_call_feeds_the_same_value_is_that_value():
     other = build(code.replace("ENV", "other_env"))
     expr, site = marked(other)
     assert wrapper_in(other, expr, site.ctx) is not None
+
+
+# -- a rank flag kept as a field of a returned record --------------------------------
+
+_RECORD = """
+    import torch.distributed as dist
+    from dataclasses import dataclass
+    from typing import NamedTuple
+    CLASS
+    def setup():
+        rank = dist.get_rank()
+        return MAKE
+    env = setup()
+    if env.leader:
+        use(env)
+    """
+
+
+def _record_worlds(cls: str, make: str):
+    return _guard_worlds(_RECORD.replace("CLASS", cls).replace("MAKE", make))
+
+
+def test_a_field_of_a_dataclass_or_named_tuple_made_from_a_rank_test_is_a_guard():
+    dataclass = "@dataclass\n    class Env:\n        rank: int\n        leader: bool = False\n"
+    named = "class Env(NamedTuple):\n        rank: int\n        leader: bool\n"
+    assert DN not in _record_worlds(dataclass, "Env(rank=rank, leader=rank == 0)")
+    assert DN not in _record_worlds(named, "Env(rank, rank == 0)")
+
+
+def test_a_record_field_not_about_ranks_or_a_class_with_its_own_init_is_no_guard():
+    dataclass = "@dataclass\n    class Env:\n        rank: int\n        leader: bool = False\n"
+    # a constant field (the default False) says nothing of ranks: not judged from it
+    assert _record_worlds(dataclass, "Env(rank=rank)") == ALL
+    assert _record_worlds(dataclass, "Env(rank=rank, leader=True)") == ALL
+    own_init = ("class Env:\n        leader: bool\n"
+                "        def __init__(self, rank, leader):\n            self.leader = not leader\n")
+    assert _record_worlds(own_init, "Env(rank, rank == 0)") != MAIN
