@@ -142,11 +142,28 @@ def updated_params(model: ScriptModel, fn: FunctionInfo) -> frozenset[tuple[str,
     for c in model.calls_in(fn):
         if c.receiver is None or c.attr not in ACCUMULATING_METHODS:
             continue
-        root = _receiver_root(c.receiver)
-        bound = sole_binding(model, root) if root is not None else None
-        if bound is not None and bound.kind == "param" and bound.ctx.function is fn:
-            found.add((root.value, c.attr))
+        param = _param_behind(model, c.receiver, fn)
+        if param is not None:
+            found.add((param, c.attr))
     return frozenset(found)
+
+
+def _param_behind(model: ScriptModel, expr: cst.BaseExpression, fn: FunctionInfo) -> str | None:
+    """The parameter of `fn` an entry or attribute is read from, through
+    local names bound once to such a read (`op = metric_dict["op"][i]`)."""
+    seen: set[int] = set()
+    root = _receiver_root(expr)
+    while root is not None and id(root) not in seen:
+        seen.add(id(root))
+        bound = sole_binding(model, root)
+        if bound is None or bound.ctx.function is not fn:
+            return None
+        if bound.kind == "param":
+            return root.value
+        if bound.kind != "assign" or bound.value is None or bound.path != () or bound.augmented is not None:
+            return None
+        root = _receiver_root(bound.value)
+    return None
 
 
 def _objects_in(value: Value) -> list[Made]:

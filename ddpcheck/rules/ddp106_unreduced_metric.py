@@ -77,14 +77,18 @@ def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
 
 
 def derived(m: ScriptModel, ll: LoaderLoop, accs: list[Accumulator]) -> set[str]:
-    """Accumulated names and names computed from them after the loop (`acc = correct / total`)."""
+    """Accumulated names and names computed from them (`acc = correct / total`
+    after the loop; `top1 = meters["op"][0].get()` inside it, whose last value
+    is the running total of the whole shard)."""
     tokens = {a.token for a in accs}
     fn = ll.function
     for _ in range(3):
         grown = False
         for a in m.assigns_in(fn):
-            if a.value is None or a.key in tokens or a.ctx.inside(ll.loop):
+            if a.value is None or a.key in tokens:
                 continue
+            if a.ctx.inside(ll.loop) and (a.augmented is not None or a.ctx.loops[-1] is not ll.loop):
+                continue   # only a plain assignment in the loop's own body holds the running value at the end
             names = reads(m, a.value)
             if any(reads_name(names, t) for t in tokens):
                 tokens.add(a.key.split("[")[0])

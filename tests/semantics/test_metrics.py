@@ -95,3 +95,13 @@ def test_a_sampler_made_only_for_a_single_process_leaves_the_loader_sharded(tmp_
 
 def test_a_flag_not_known_to_follow_the_world_size_leaves_it_unknown(tmp_path):
     assert _sharded(tmp_path, "os.environ.get('SHARD') == '1'") == []
+
+
+def test_a_local_name_bound_to_an_entry_of_the_parameter(tmp_path):
+    write(tmp_path / "scores.py", SCORES.replace('        scores["op"][i].update(*pair)\n',
+                                                 '        op = scores["op"][i]\n        op.update(*pair)\n'))
+    model = build_file(write(tmp_path / "train.py", "from scores import Hits, update_all\n"
+                                                    "scores = {'op': [Hits()]}\nupdate_all(scores, [(1, 1)])\n"),
+                       tmp_path)
+    site = next(c for c in model.calls if c.func == "update_all")
+    assert [model.module.code_for_node(e) for e in containers_updated_by(model, site)] == ["scores"]
