@@ -266,12 +266,12 @@ def test_a_static_method_called_on_self_binds_its_first_parameter_to_the_first_a
 
 def test_a_parameter_compared_with_a_literal_is_judged_by_what_the_call_passes():
     code = """
-        def helper(img, savefig=''):
-            if savefig != '':
+        def helper(img, plot_dir=''):
+            if plot_dir != '':
                 use(img)
         helper(1)
-        helper(2, savefig='out/fig')
-        helper(3, savefig=name)
+        helper(2, plot_dir='out/fig')
+        helper(3, plot_dir=name)
         """
     assert [reached(code, i) for i in range(3)] == [False, True, True]   # `name` unknown: both arms
 
