@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from ddpcheck.model.distributed import INIT_NEED, is_init_call
 from ddpcheck.model.guards import function_worlds, worlds, worlds_from_call
 from ddpcheck.model.evaluation import no_grad
 from ddpcheck.model.memo import query
@@ -195,10 +196,11 @@ def param_for_arg(fn: FunctionInfo, call: CallSite, arg: cst.Arg) -> str | None:
     return params[idx] if idx < len(params) else None
 
 
-def calls_param(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0,
-                grad: bool = False) -> CallSite | None:
+@query(on_cycle=None)
+def calls_param(model: ScriptModel, fn: FunctionInfo, param: str, grad: bool = False) -> CallSite | None:
     """The function calls its parameter `param` (`model(images)`), directly or
-    by handing it to another local function that does. With `grad`, only a
+    by handing it to another function of the tree that does, any number of
+    calls down (a recursion is the memo's fixed point). With `grad`, only a
     call made with autograd on counts (an adversarial evaluation's
     `loss = model(x).loss; loss.backward()` after its `no_grad` forward)."""
     for c in model.calls_in(fn):
@@ -206,8 +208,6 @@ def calls_param(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0
             if grad and no_grad(model, c.ctx):
                 continue
             return c
-    if depth >= 2:
-        return None
     for c in model.calls_in(fn):
         if grad and no_grad(model, c.ctx):
             continue
@@ -217,7 +217,7 @@ def calls_param(model: ScriptModel, fn: FunctionInfo, param: str, depth: int = 0
                 if target is None:
                     continue
                 p = param_for_arg(target[1], c, a)
-                if p and calls_param(target[0], target[1], p, depth + 1, grad):
+                if p and calls_param(target[0], target[1], p, grad) is not None:
                     return c
     return None
 
@@ -296,7 +296,7 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
             if not p or calls_param(tmodel, tfn, p) is None:
                 continue
             # only evaluation forwards (under no_grad there or here) are not judged: see above
-            inner = None if no_grad(model, c.ctx) else calls_param(tmodel, tfn, p, grad=True)
+            inner = None if no_grad(model, c.ctx) else calls_param(tmodel, tfn, p, True)
             if inner is not None:
                 events.append(Event(c, frozenset({"forward"}), worlds, _label(c),
                                     via=f"runs the DDP forward of `{dotted_name(a.value)}` "
@@ -347,15 +347,18 @@ def unbalanced(events: list[Event], model: ScriptModel | None = None) -> list[Ev
 
 # -- "the process group already exists here" ---------------------------------------
 
-def implies_initialized(model: ScriptModel, expr: cst.BaseExpression, positive: bool, scope, depth: int = 0) -> bool:
-    """`expr` being `positive` means the default process group exists."""
-    if depth > 4:
-        return False
+@query(on_cycle=True)
+def implies_initialized(model: ScriptModel, expr: cst.BaseExpression, positive: bool, scope) -> bool:
+    """`expr` being `positive` means the default process group exists.
+    Followed through any number of names and returns; this holds of a value
+    when it holds of every value it can come from, so a value that depends
+    on itself (`ready = ready and dist.is_initialized()` in a loop) is the
+    greatest fixed point: it is decided by the values it comes from."""
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        return implies_initialized(model, expr.expression, not positive, scope, depth + 1)
+        return implies_initialized(model, expr.expression, not positive, scope)
     if isinstance(expr, cst.BooleanOperation):
-        left = lambda p: implies_initialized(model, expr.left, p, scope, depth + 1)  # noqa: E731
-        right = lambda p: implies_initialized(model, expr.right, p, scope, depth + 1)  # noqa: E731
+        left = lambda p: implies_initialized(model, expr.left, p, scope)  # noqa: E731
+        right = lambda p: implies_initialized(model, expr.right, p, scope)  # noqa: E731
         if isinstance(expr.operator, cst.And):
             return (left(True) or right(True)) if positive else (left(False) and right(False))
         return (left(True) and right(True)) if positive else (left(False) or right(False))
@@ -369,32 +372,32 @@ def implies_initialized(model: ScriptModel, expr: cst.BaseExpression, positive: 
         target = resolve_call(model, site) if site is not None else None
         if target is not None and target[1].returns:
             tmodel, tfn = target
-            return all(implies_initialized(tmodel, v, True, tfn, depth + 1) for v, _ in tfn.returns
+            return all(implies_initialized(tmodel, v, True, tfn) for v, _ in tfn.returns
                        if not (isinstance(v, cst.Name) and v.value == "False"))
         return False
     if isinstance(expr, cst.Name) and expr.value not in ("True", "False"):
         assigns = bindings_seen(model, expr)
         return bool(assigns) and all(
             a.kind == "assign" and a.value is not None and a.augmented is None
-            and implies_initialized(model, a.value, positive, a.ctx.function, depth + 1) for a in assigns
+            and implies_initialized(model, a.value, positive, a.ctx.function) for a in assigns
         )
     return False
 
 
-def tests_initialized(model: ScriptModel, expr: cst.BaseExpression, scope, depth: int = 0) -> bool | None:
+@query(on_cycle=None)
+def tests_initialized(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool | None:
     """True when `expr` is "the default group exists" (`dist.is_initialized()`,
-    a flag holding it), False when it is the negation, None otherwise."""
-    if depth > 4:
-        return None
+    a flag holding it, through any number of names), False when it is the
+    negation, None otherwise (a flag that depends on itself: None)."""
     if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Not):
-        inner = tests_initialized(model, expr.expression, scope, depth + 1)
+        inner = tests_initialized(model, expr.expression, scope)
         return None if inner is None else not inner
     if isinstance(expr, cst.Call):
         name = dotted_name(expr.func)
         return True if name and model.imports.qualify(name).rpartition(".")[2] in INITIALIZED_PREDICATES else None
     if isinstance(expr, cst.Name) and expr.value not in ("True", "False"):
         assigns = bindings_seen(model, expr)
-        found = {tests_initialized(model, a.value, a.ctx.function, depth + 1)
+        found = {tests_initialized(model, a.value, a.ctx.function)
                  for a in assigns if a.kind == "assign" and a.value is not None and a.augmented is None}
         return found.pop() if len(found) == 1 and len(assigns) == 1 else None
     return None
@@ -404,6 +407,25 @@ def runs_only_uninitialized(model: ScriptModel, site: CallSite) -> bool:
     """`if not dist.is_initialized(): init_process_group()`: the call runs
     only where no default group exists yet (an "ensure" helper)."""
     return any(tests_initialized(model, b.test, b.function) is (not b.positive) for b in site.ctx.branches)
+
+
+@query(on_cycle=False)
+def starts_group(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
+    """`fn` (or one it calls, 3 deep: a bound for cost, as function_inits')
+    starts the default group on every call: an init that runs only when none
+    exists (`DeviceMesh(...)`, an `ensure_initialized()` helper) says nothing
+    about the code before it."""
+    for c in model.calls_in(fn):
+        if is_init_call(model, c) and not runs_only_uninitialized(model, c):
+            return True
+    if depth < 3:
+        for c in model.calls_in(fn):
+            if runs_only_uninitialized(model, c):
+                continue
+            target = resolve_call(model, c, INIT_NEED)
+            if target is not None and target[1] is not fn and starts_group(target[0], target[1], depth + 1):
+                return True
+    return False
 
 
 def initialized_guarded(model: ScriptModel, site: CallSite) -> bool:
@@ -416,6 +438,6 @@ def initialized_guarded(model: ScriptModel, site: CallSite) -> bool:
 __all__ = [
     "COLLECTIVES", "collective_kind", "ddp_forward", "holds_ddp", "function_events", "unbalanced",
     "needs_process_group", "PROCESS_GROUP_NEED", "initialized_guarded", "implies_initialized", "tests_initialized",
-    "runs_only_uninitialized", "Event", "site_worlds",
+    "runs_only_uninitialized", "starts_group", "Event", "site_worlds",
     "is_subgroup_call", "calls_param", "param_for_arg",
 ]

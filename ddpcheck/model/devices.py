@@ -24,7 +24,7 @@ from ddpcheck.model.flow import Const, bindings_seen, value_at
 from ddpcheck.model.env import env_writes
 from ddpcheck.model.memo import query
 from ddpcheck.model.worlds import DISTRIBUTED
-from ddpcheck.model.values import is_ddp_wrap, is_dp_wrap
+from ddpcheck.model.values import exclusive, is_ddp_wrap, is_dp_wrap
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 from ddpcheck.model.names import dotted_name, string_value
 from ddpcheck.model.flow import callees, first_call_reaching, resolve_call
@@ -58,11 +58,19 @@ def _cuda_string_kind(text: str) -> str | None:
 
 
 def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None,
-                 depth: int = 0, ordinal: bool = False) -> frozenset[str]:
+                 ordinal: bool = False) -> frozenset[str]:
     """What CUDA device `expr` names. `ordinal`: an int means a CUDA ordinal
     here (the argument of `.to(...)`, `.cuda(...)`, `torch.device("cuda", i)`)."""
-    if expr is None or depth > 4:
+    if expr is None:
         return NOTHING
+    return _device_kinds(model, expr, scope, ordinal)
+
+
+@query(on_cycle=NOTHING)
+def _device_kinds(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None,
+                  ordinal: bool) -> frozenset[str]:
+    """device_kinds, through any number of names (a name that depends on
+    itself adds what its other values name: the memo's fixed point)."""
     s = string_value(expr)
     if s is not None:
         k = _cuda_string_kind(s)
@@ -76,8 +84,8 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
         left = string_value(expr.left)
         return frozenset({PER_RANK}) if left and left.startswith("cuda") else NOTHING
     if isinstance(expr, cst.IfExp):
-        return (device_kinds(model, expr.body, scope, depth + 1, ordinal)
-                | device_kinds(model, expr.orelse, scope, depth + 1, ordinal))
+        return (device_kinds(model, expr.body, scope, ordinal)
+                | device_kinds(model, expr.orelse, scope, ordinal))
     if isinstance(expr, cst.Integer):
         return frozenset({FIXED}) if ordinal else NOTHING
     if isinstance(expr, cst.Call):
@@ -90,8 +98,8 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
             args = [a for a in expr.args if not a.star]
             first = args[0].value if args else None
             if len(args) == 1 and first is not None and _ordinal(model, first):
-                return device_kinds(model, first, scope, depth + 1, ordinal=True)   # `torch.device(rank)`
-            kinds = device_kinds(model, first, scope, depth + 1)
+                return device_kinds(model, first, scope, True)   # `torch.device(rank)`
+            kinds = device_kinds(model, first, scope)
             if kinds and len(args) > 1:
                 index = args[1].value
                 return frozenset({FIXED}) if isinstance(index, cst.Integer) else frozenset({PER_RANK})
@@ -99,7 +107,7 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
         if q in ("torch.cuda.current_device",):
             return frozenset({FIXED})
         if q == "int" and expr.args and ordinal:
-            return device_kinds(model, expr.args[0].value, scope, depth + 1, ordinal)
+            return device_kinds(model, expr.args[0].value, scope, ordinal)
         return NOTHING
     if isinstance(expr, cst.Subscript) and ordinal:
         return frozenset({PER_RANK}) if is_rank_expr(model, expr, scope) else NOTHING
@@ -113,7 +121,7 @@ def device_kinds(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fun
     kinds = NOTHING
     for a in assigns:
         if a.value is not None and a.augmented is None:
-            kinds |= device_kinds(model, a.value, a.ctx.function, depth + 1, ordinal)
+            kinds |= device_kinds(model, a.value, a.ctx.function, ordinal)
     return kinds
 
 
@@ -165,6 +173,35 @@ def function_cuda_init(model: ScriptModel, fn: FunctionInfo | None) -> CallSite 
     return first_call_reaching(model, fn, initialises_cuda)
 
 
+@query(on_cycle=None)
+def cuda_initialised_before(model: ScriptModel, ctx: Ctx) -> CallSite | None:
+    """A call that initialises CUDA and certainly runs before `ctx` on the
+    same path: earlier in the same function (not in the other arm of an
+    `if`), through a helper called there, or, up the call graph of the file
+    (any number of calls up; callers calling each other are the memo's fixed
+    point), before a call of the enclosing function."""
+    fn = ctx.function
+    for c in model.calls_in(fn):
+        if c.ctx.order >= ctx.order:
+            break
+        if exclusive(c.ctx, ctx):
+            continue
+        if initialises_cuda(model, c):
+            return c
+        target = resolve_call(model, c)
+        if target is not None and target[1] is not fn and function_cuda_init(*target) is not None:
+            return c
+    if fn is None:
+        return None
+    for c in model.calls:
+        target = resolve_call(model, c)
+        if target is not None and target[0] is model and target[1] is fn:
+            found = cuda_initialised_before(model, c.ctx)
+            if found is not None:
+                return found
+    return None
+
+
 # -- picking the GPU per rank ----------------------------------------------------------
 
 def sets_device_call(model: ScriptModel, site: CallSite) -> bool:
@@ -208,16 +245,22 @@ def script_sets_device(model: ScriptModel) -> bool | None:
 
 # -- process group backends --------------------------------------------------------------
 
-def _strings(model: ScriptModel, expr, scope, depth: int = 0) -> frozenset[str] | None:
+def _strings(model: ScriptModel, expr, scope) -> frozenset[str] | None:
     """Literal strings an expression can hold; None when unknown."""
-    if expr is None or depth > 4:
+    if expr is None:
         return None
+    return _strings_of(model, expr, scope)
+
+
+@query(on_cycle=None)
+def _strings_of(model: ScriptModel, expr, scope) -> frozenset[str] | None:
+    """_strings, through any number of names; a name that depends on itself is unknown."""
     s = string_value(expr)
     if s is not None:
         return frozenset({s.lower()})
     if isinstance(expr, cst.IfExp):
-        a = _strings(model, expr.body, scope, depth + 1)
-        b = _strings(model, expr.orelse, scope, depth + 1)
+        a = _strings(model, expr.body, scope)
+        b = _strings(model, expr.orelse, scope)
         return None if a is None or b is None else a | b
     d = dotted_name(expr)
     if d is None:
@@ -231,12 +274,12 @@ def _strings(model: ScriptModel, expr, scope, depth: int = 0) -> frozenset[str] 
         # `def init_dist(backend="nccl")`: the default (callers passing another value are not followed)
         for p in (*scope.node.params.params, *scope.node.params.kwonly_params):
             if p.name.value == d and p.default is not None:
-                return _strings(model, p.default, None, depth + 1)
+                return _strings(model, p.default, None)
         return None
     if assigns:
         out: frozenset[str] = frozenset()
         for a in assigns:
-            v = _strings(model, a.value, a.ctx.function, depth + 1) if a.augmented is None else None
+            v = _strings(model, a.value, a.ctx.function) if a.augmented is None else None
             if v is None:
                 return None
             out |= v
@@ -261,7 +304,7 @@ def backends(model: ScriptModel, site: CallSite) -> frozenset[str] | None:
 
 def init_sites(model: ScriptModel, call: CallSite, depth: int = 0) -> list[tuple[ScriptModel, CallSite]]:
     """The init_process_group calls a call in this file leads to (itself, or
-    inside the helper it calls)."""
+    inside the helper it calls, 4 deep: a bound for cost, as function_inits')."""
     if is_init_call(model, call):
         return [(model, call)]
     if depth > 3:
@@ -285,7 +328,7 @@ def only_cpu_backends(bk: frozenset[str] | None) -> bool:
 
 
 __all__ = [
-    "device_kinds", "placement", "placements", "initialises_cuda", "function_cuda_init",
+    "device_kinds", "placement", "placements", "initialises_cuda", "function_cuda_init", "cuda_initialised_before",
     "sets_device_call", "function_sets_device", "script_sets_device", "backends", "init_sites",
     "uses_nccl", "only_cpu_backends", "PER_RANK", "FIXED",
 ]
@@ -331,12 +374,20 @@ _MODULE_CHAIN = {"float", "half", "bfloat16", "double", "train", "eval", "requir
 
 
 def module_device(model: ScriptModel, expr: cst.BaseExpression | None, scope: FunctionInfo | None,
-                  before: int, class_name: str | None = None, depth: int = 0) -> frozenset[str]:
+                  before: int, class_name: str | None = None) -> frozenset[str]:
     """Where the module `expr` was put before source position `before`:
     `DDP(model.cuda())`, `model = model.to(device)`, an in-place
     `model.cuda(args.gpu)`, a local `build_model()` that returns `net.cuda()`."""
-    if expr is None or depth > 4:
+    if expr is None:
         return NOTHING
+    return _module_device(model, expr, scope, before, class_name)
+
+
+@query(on_cycle=NOTHING)
+def _module_device(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None,
+                   before: int, class_name: str | None) -> frozenset[str]:
+    """module_device, through any number of names and returns (a recursion
+    adds what its other values say: the memo's fixed point)."""
     if isinstance(expr, cst.Call):
         site = model.site_of.get(id(expr))
         if site is None:
@@ -345,13 +396,13 @@ def module_device(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fu
         if p:
             return p
         if site.attr in _MODULE_CHAIN and site.receiver is not None:
-            return module_device(model, site.receiver, scope, before, class_name, depth + 1)
+            return module_device(model, site.receiver, scope, before, class_name)
         target = resolve_call(model, site)
         kinds = NOTHING
         if target is not None:
             tmodel, fn = target
             for value, ctx in fn.returns:
-                kinds |= module_device(tmodel, value, fn, ctx.order, fn.class_name, depth + 1)
+                kinds |= module_device(tmodel, value, fn, ctx.order, fn.class_name)
         return kinds
     key = dotted_name(expr)
     if key is None:
@@ -368,7 +419,7 @@ def module_device(model: ScriptModel, expr: cst.BaseExpression | None, scope: Fu
         if a.kind != "assign" or a.value is None or a.augmented is not None:
             continue
         if isinstance(a.value, cst.Call) or dotted_name(a.value) not in (None, key):
-            kinds |= module_device(model, a.value, a.ctx.function, a.ctx.order, class_name, depth + 1)
+            kinds |= module_device(model, a.value, a.ctx.function, a.ctx.order, class_name)
     return kinds
 
 

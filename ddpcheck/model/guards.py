@@ -287,13 +287,13 @@ def _call_condition(model, call: cst.Call, scope) -> Condition:
 
 # -- rank comparisons ----------------------------------------------------------
 
-def is_rank_expr(model, expr: cst.BaseExpression, scope, depth: int = 0) -> bool:
+def is_rank_expr(model, expr: cst.BaseExpression, scope) -> bool:
     if isinstance(expr, cst.Call):
         last = _last(model, expr.func)
         if last in RANK_FUNCTIONS:
             return True
         if last == "int" and expr.args:
-            return is_rank_expr(model, expr.args[0].value, scope, depth)
+            return is_rank_expr(model, expr.args[0].value, scope)
         if last in ("get", "getenv") and expr.args:
             key = string_value(expr.args[0].value)
             # `os.environ.get("RANK")`, and a config dict's entry named like a rank

@@ -141,24 +141,27 @@ def _shell_values(text: str) -> dict[str, str]:
     return values
 
 
-def _resolve_int(value: str, shell: dict[str, str], depth: int = 0) -> int | None:
+def _resolve_int(value: str, shell: dict[str, str], seen: frozenset[str] = frozenset()) -> int | None:
+    """The integer a shell value is, through any number of `$VAR`s (`seen`:
+    the variables on the way; `A=$B`, `B=$A` is no integer)."""
     value = value.strip("'\"")
     if _INT.match(value):
         return int(value)
     m = _VAR.match(value)
-    if m and depth < 4 and m.group(1) in shell:
-        return _resolve_int(shell[m.group(1)], shell, depth + 1)
+    if m and m.group(1) not in seen and m.group(1) in shell:
+        return _resolve_int(shell[m.group(1)], shell, seen | {m.group(1)})
     return None
 
 
-def _is_division(value: str, shell: dict[str, str], depth: int = 0) -> bool:
-    """The value is computed with a division in the shell (`$((TOTAL / NGPU))`)."""
+def _is_division(value: str, shell: dict[str, str], seen: frozenset[str] = frozenset()) -> bool:
+    """The value is computed with a division in the shell (`$((TOTAL / NGPU))`),
+    through any number of `$VAR`s."""
     value = value.strip("'\"")
     if "$((" in value or "$[" in value or "expr " in value:
         return "/" in value
     m = _VAR.match(value)
-    if m and depth < 4 and m.group(1) in shell:
-        return _is_division(shell[m.group(1)], shell, depth + 1)
+    if m and m.group(1) not in seen and m.group(1) in shell:
+        return _is_division(shell[m.group(1)], shell, seen | {m.group(1)})
     return False
 
 

@@ -107,6 +107,43 @@ def spawns_workers(model: ScriptModel, fn: FunctionInfo | None) -> bool:
     return False
 
 
+# Calls that start new processes: they read the environment when they start,
+# so a write just before them is meant for them and does take effect there.
+_LAUNCHERS = {
+    "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "torch.multiprocessing.Process",
+    "multiprocessing.Process", "subprocess.run", "subprocess.Popen", "subprocess.call", "subprocess.check_call",
+    "subprocess.check_output", "os.system", "os.popen", "os.execv", "os.execve", "os.execvp", "os.execvpe",
+    "os.execl", "os.execle", "os.execlp", "os.execlpe", "os.spawnv", "os.spawnve", "os.spawnl", "os.spawnle",
+    "torch.distributed.launcher.api.elastic_launch", "torch.distributed.run.run",
+}
+
+
+@query(on_cycle=None)
+def launches_processes_after(model: ScriptModel, ctx: Ctx) -> CallSite | None:
+    """A process launch after `ctx` (`mp.spawn`, `subprocess.run`, a spawn
+    context's `Process`), later in the same function or, up the call graph of
+    the file (any number of calls up; callers calling each other are the
+    memo's fixed point), after a call of the enclosing function."""
+    for c in model.calls_in(ctx.function):
+        if c.ctx.order <= ctx.order:
+            continue
+        q = c.qual or ""
+        if q in _LAUNCHERS or (c.attr in ("Process", "spawn") and q.startswith(("multiprocessing.", "torch.multiprocessing."))):
+            return c
+        if c.attr == "Process" and c.receiver is not None:   # ctx = mp.get_context("spawn"); ctx.Process(...)
+            return c
+    fn = ctx.function
+    if fn is None:
+        return None
+    for c in model.calls:
+        target = resolve_call(model, c)
+        if target is not None and target[0] is model and target[1] is fn and c.ctx.function is not fn:
+            found = launches_processes_after(model, c.ctx)
+            if found is not None:
+                return found
+    return None
+
+
 def _main_guard(test: cst.BaseExpression) -> bool:
     """`__name__ == "__main__"`."""
     if not isinstance(test, cst.Comparison) or len(test.comparisons) != 1:
@@ -173,4 +210,4 @@ def is_spawn_index(model: ScriptModel, name: str, scope: FunctionInfo | None) ->
     return scope is not None and (id(scope.node), name) in spawn_index_params(model)
 
 
-__all__ = ["spawned_function", "spawned_params", "runs_in_workers", "calls_by_argument", "spawn_index_params", "is_spawn_index", "is_worker_spawn", "spawns_workers", "runs_in_launcher_only", "launches_from_module_level"]
+__all__ = ["spawned_function", "spawned_params", "runs_in_workers", "calls_by_argument", "spawn_index_params", "is_spawn_index", "is_worker_spawn", "spawns_workers", "runs_in_launcher_only", "launches_from_module_level", "launches_processes_after"]

@@ -49,14 +49,6 @@ _MISSING = object()
 MAX_REACH_MODULES = 48
 
 
-def _function_called(model, name: str):
-    return model.function_called(name)
-
-
-def _class_named(model, name: str):
-    return model.class_named(name)
-
-
 def _stamp(path: str) -> int | None:
     try:
         return os.stat(path).st_mtime_ns
@@ -207,7 +199,7 @@ class Project:
         return self._stamped(self._scans, os.path.abspath(path), _scan_file)
 
     def _target_paths(self, from_path: str, sources) -> list[Path]:
-        """The local modules `sources` can land in, as resolve_function looks
+        """The local modules `sources` can land in, as the call graph (model/flow.py) looks
         them up (the module, and `module.name` for a submodule imported by name)."""
         found = []
         for module, level, name in sources:
@@ -286,44 +278,6 @@ class Project:
                     seen.add(found)
                     todo.append(found)
         return tuple(sorted(seen))
-
-    # -- resolving names ----------------------------------------------------------
-    def resolve_function(self, from_path: str, module: str, level: int, name: str, needs: Need = ()):
-        """(model, FunctionInfo) for what `name(...)` runs when `name` comes
-        from local module `module`: its function, or its class's `__init__`.
-        With `needs`: None unless that module or one it imports matches it
-        (the asker looks for nothing else)."""
-        return self._resolve_name(from_path, module, level, name, _function_called, needs)
-
-    def resolve_class(self, from_path: str, module: str, level: int, name: str):
-        """(model, name) when local module `module` defines class `name`."""
-        return self._resolve_name(from_path, module, level, name, _class_named)
-
-    def _resolve_name(self, from_path: str, module: str, level: int, name: str, find, needs: Need = (),
-                      depth: int = 0):
-        """(model, find(model, name)) in the local module `module`, following
-        re-exports (`from .dist import is_main_process` in a package __init__)."""
-        if depth > 3:
-            return None
-        path = self.find_module(from_path, module, level)
-        if path is None:
-            # `from utils import dist_utils` then `dist_utils.f()`: module is a package member
-            return None
-        scanned = self.scan_of(path)
-        if scanned is None or name not in scanned.bound:
-            return None   # it neither defines nor imports `name` (a constant, a typo): nothing to parse
-        if needs and not self.reaches(str(path), scanned, needs):
-            return None
-        model = self.model_for(path)
-        if model is None:
-            return None
-        found = find(model, name)
-        if found is not None:
-            return model, found
-        src = model.imports.sources.get(name)
-        if src and src[2] is not None:
-            return self._resolve_name(str(path), src[0], src[1], src[2], find, needs, depth + 1)
-        return None
 
 
 def _scan_file(key: str) -> ModuleScan | None:

@@ -139,16 +139,14 @@ def _held_as(model: ScriptModel, p: Pass, atom: Made) -> str | None:
     return None
 
 
-def _holding_name(model: ScriptModel, expr: cst.BaseExpression, scope, stmt, atom: Made, depth: int = 0) -> str | None:
-    """A name inside `expr` (`zip(a, cycle(b))`) that holds `atom`."""
-    if depth > 3:
-        return None
+def _holding_name(model: ScriptModel, expr: cst.BaseExpression, scope, stmt, atom: Made) -> str | None:
+    """A name inside `expr` (`zip(a, cycle(b))`, calls nested however deeply) that holds `atom`."""
     name = dotted_name(expr)
     if name:
         return name if atom in value_at(model, expr, scope, stmt).atoms else None
     if isinstance(expr, cst.Call):
         for a in expr.args:
-            found = _holding_name(model, a.value, scope, stmt, atom, depth + 1)
+            found = _holding_name(model, a.value, scope, stmt, atom)
             if found:
                 return found
     return None

@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterator
 
-from ddpcheck.model.collectives import PROCESS_GROUP_NEED, initialized_guarded, needs_process_group, runs_only_uninitialized
+from ddpcheck.model.collectives import (
+    PROCESS_GROUP_NEED, initialized_guarded, needs_process_group, runs_only_uninitialized, starts_group,
+)
 from ddpcheck.model.distributed import INIT_NEED, function_inits, init_calls, is_init_call
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
@@ -67,24 +69,6 @@ def _steps(model: ScriptModel, fn: FunctionInfo | None) -> list[_Step]:
         elif c in init_calls(model):
             steps.append(_Step("maybe-init", c, ""))
     return steps
-
-
-@query(on_cycle=False)
-def starts_group(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
-    """`fn` (or one it calls, 3 deep) starts the default group on every call:
-    an init that runs only when none exists (`DeviceMesh(...)`, an
-    `ensure_initialized()` helper) says nothing about the code before it."""
-    for c in model.calls_in(fn):
-        if is_init_call(model, c) and not runs_only_uninitialized(model, c):
-            return True
-    if depth < 3:
-        for c in model.calls_in(fn):
-            if runs_only_uninitialized(model, c):
-                continue
-            target = resolve_call(model, c, INIT_NEED)
-            if target is not None and target[1] is not fn and starts_group(target[0], target[1], depth + 1):
-                return True
-    return False
 
 
 @register

@@ -4,82 +4,15 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.model.devices import function_cuda_init, initialises_cuda
+from ddpcheck.model.devices import cuda_initialised_before
 from ddpcheck.model.env import env_writes
-from ddpcheck.model.script import CallSite, Ctx, ScriptModel
+from ddpcheck.model.launchers import launches_processes_after
+from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.positions import where
-from ddpcheck.model.values import exclusive
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
-from ddpcheck.model.flow import resolve_call
-
-
-def cuda_initialised_before(model: ScriptModel, ctx: Ctx, depth: int = 0, seen=None) -> CallSite | None:
-    """A call that initialises CUDA and certainly runs before `ctx` on the
-    same path: earlier in the same function (not in the other arm of an
-    `if`), through a helper called there, or, up the call graph, before a call
-    of the enclosing function in this file."""
-    fn = ctx.function
-    for c in model.calls_in(fn):
-        if c.ctx.order >= ctx.order:
-            break
-        if exclusive(c.ctx, ctx):
-            continue
-        if initialises_cuda(model, c):
-            return c
-        target = resolve_call(model, c)
-        if target is not None and target[1] is not fn and function_cuda_init(*target) is not None:
-            return c
-    if fn is None or depth >= 3:
-        return None
-    seen = seen if seen is not None else set()
-    if id(fn) in seen:
-        return None
-    seen.add(id(fn))
-    for c in model.calls:
-        target = resolve_call(model, c)
-        if target is not None and target[0] is model and target[1] is fn:
-            found = cuda_initialised_before(model, c.ctx, depth + 1, seen)
-            if found is not None:
-                return found
-    return None
-
-
-# Calls that start new processes: they read the environment when they start,
-# so a write just before them is meant for them and does take effect there.
-_LAUNCHERS = {
-    "torch.multiprocessing.spawn", "torch.multiprocessing.start_processes", "torch.multiprocessing.Process",
-    "multiprocessing.Process", "subprocess.run", "subprocess.Popen", "subprocess.call", "subprocess.check_call",
-    "subprocess.check_output", "os.system", "os.popen", "os.execv", "os.execve", "os.execvp", "os.execvpe",
-    "os.execl", "os.execle", "os.execlp", "os.execlpe", "os.spawnv", "os.spawnve", "os.spawnl", "os.spawnle",
-    "torch.distributed.launcher.api.elastic_launch", "torch.distributed.run.run",
-}
-
-
-def launches_processes_after(model: ScriptModel, ctx: Ctx, depth: int = 0) -> CallSite | None:
-    """A process launch after `ctx` (`mp.spawn`, `subprocess.run`, a spawn
-    context's `Process`), later in the same function or, up the call graph,
-    after a call of the enclosing function in this file."""
-    for c in model.calls_in(ctx.function):
-        if c.ctx.order <= ctx.order:
-            continue
-        q = c.qual or ""
-        if q in _LAUNCHERS or (c.attr in ("Process", "spawn") and q.startswith(("multiprocessing.", "torch.multiprocessing."))):
-            return c
-        if c.attr == "Process" and c.receiver is not None:   # ctx = mp.get_context("spawn"); ctx.Process(...)
-            return c
-    fn = ctx.function
-    if fn is None or depth >= 3:
-        return None
-    for c in model.calls:
-        target = resolve_call(model, c)
-        if target is not None and target[0] is model and target[1] is fn and c.ctx.function is not fn:
-            found = launches_processes_after(model, c.ctx, depth + 1)
-            if found is not None:
-                return found
-    return None
 
 
 @register

@@ -34,7 +34,7 @@ def _code(model: ScriptModel, node: cst.CSTNode) -> str:
 
 
 @query
-def lr_scaled(model: ScriptModel, depth: int = 0) -> bool:
+def lr_scaled(model: ScriptModel) -> bool:
     """Some lr in the file (or a helper of the tree it calls) is computed with
     the world size, or a scaling helper is called."""
     result = False
@@ -52,7 +52,7 @@ def lr_scaled(model: ScriptModel, depth: int = 0) -> bool:
                    for a in c.node.args):
                 result = True
                 break
-    if not result and depth == 0:
+    if not result:
         for m, fn, _ in callees(model, model.calls):
             if m is model:
                 continue
@@ -66,22 +66,23 @@ def lr_scaled(model: ScriptModel, depth: int = 0) -> bool:
     return result
 
 
-def _plain(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None, depth: int = 0) -> bool:
+@query(on_cycle=False)
+def _plain(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | None) -> bool:
     """A value read from config or written as a literal: `args.lr`, `cfg["lr"]`,
-    `0.1`, `float(cfg.get("lr", 0.1))`, or a local name assigned one. A bare
-    parameter (the caller may have scaled it) is not plain."""
-    if depth > 3:
-        return False
+    `0.1`, `float(cfg.get("lr", 0.1))`, or a local name assigned one, through
+    any number of names (a name that depends on itself is not plain: the
+    memo's fixed point from "not plain"). A bare parameter (the caller may
+    have scaled it) is not plain."""
     if isinstance(expr, (cst.Integer, cst.Float)):
         return True
     if isinstance(expr, cst.Subscript):   # `cfg["optimizer"]["lr"]`
         return dotted_name(expr.value) is not None or (
-            isinstance(expr.value, cst.Subscript) and _plain(model, expr.value, scope, depth + 1))
+            isinstance(expr.value, cst.Subscript) and _plain(model, expr.value, scope))
     if isinstance(expr, cst.Call):
         name = dotted_name(expr.func) or ""
         if name.rpartition(".")[2] not in _PLAIN_CALLS:
             return False
-        return all(_plain(model, a.value, scope, depth + 1) or isinstance(a.value, cst.SimpleString) for a in expr.args)
+        return all(_plain(model, a.value, scope) or isinstance(a.value, cst.SimpleString) for a in expr.args)
     key = dotted_name(expr)
     if key is None:
         return False
@@ -90,7 +91,7 @@ def _plain(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo | N
     bindings = visible_bindings(model, expr)
     if not bindings or any(b.kind != "assign" for b in bindings):
         return False   # a parameter, a name the file does not assign
-    return all(b.value is not None and b.augmented is None and _plain(model, b.value, b.ctx.function, depth + 1)
+    return all(b.value is not None and b.augmented is None and _plain(model, b.value, b.ctx.function)
                for b in bindings)
 
 
