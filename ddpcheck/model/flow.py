@@ -89,6 +89,10 @@ class Made:
         return is_api_call(self.model, self.site, *names)
 
 
+def _site_order(atom: Made) -> tuple[str, int]:
+    return atom.model.path, atom.site.ctx.order
+
+
 @dataclass(frozen=True)
 class Param:
     """A parameter of `fn` whose arguments are not (all) known here."""
@@ -296,7 +300,10 @@ class Value:
 
     @property
     def made(self) -> tuple[Made, ...]:
-        return tuple(a for a in self.atoms if type(a) is Made)
+        """The objects made by calls, in the order of their calls in the source
+        (the atoms are a set ordered by identity: a rule naming the first of two
+        loaders names the same one on every run)."""
+        return tuple(sorted((a for a in self.atoms if type(a) is Made), key=_site_order))
 
     @property
     def params(self) -> tuple[Param, ...]:

@@ -353,3 +353,16 @@ def test_results_of_library_calls_are_objects_made_there():
     expr, _ = marked(m)
     (atom,) = value_at(m, expr).atoms
     assert isinstance(atom, Made) and atom.is_api("DistributedDataParallel")
+
+
+def test_the_objects_a_value_holds_come_in_the_order_of_their_calls():
+    # a value is a set of atoms ordered by identity; what a rule names first
+    # (the first of two loaders a loop draws from) must not change from run to run
+    names = [f"loader{i}" for i in range(6)]
+    code = "from torch.utils.data import DataLoader\n" + "".join(
+        f"{n} = DataLoader(ds{i})\n" for i, n in enumerate(names)) + \
+        "x = " + " if c else ".join(names) + "\nuse(x)\n"
+    model = build(code)
+    expr, _ = marked(model)
+    made = value_at(model, expr).made
+    assert [model.module.code_for_node(a.site.node) for a in made] == [f"DataLoader(ds{i})" for i in range(6)]
