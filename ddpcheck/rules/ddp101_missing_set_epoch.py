@@ -75,24 +75,32 @@ class MissingSetEpoch(Rule):
                 if _sets_epoch(p.epoch_model, p.epoch, atom, shuffling):
                     continue
                 reported.add(id(node))
-                held = _held_as(model, p, atom) or loader.key or "the loader"
+                handed = _held_as(model, p, atom)
+                held = handed or loader.key
                 sampler = next((s.key for s in shuffling if s.key and s.model is model
-                                and p.epoch_model is model and _visible(model, s, p.epoch)), f"{held}.sampler")
+                                and p.epoch_model is model and _visible(model, s, p.epoch)),
+                               f"{held}.sampler" if held else "sampler")
+                loader_text = f"`{held}`" if held else "the loader"
                 if p.epoch_model is model:
-                    what = f"`{held}` draws from a shuffling DistributedSampler but this epoch loop never calls"
+                    what = f"{loader_text} draws from a shuffling DistributedSampler but this epoch loop never calls"
                 else:
                     callee = p.epoch.ctx.function.name + "()" if p.epoch.ctx.function is not None else "code"
-                    what = (f"`{held}` draws from a shuffling DistributedSampler and is handed to {callee} "
-                            f"({p.epoch_model.file_name}), whose epoch loop never calls")
+                    if handed is None and loader.model is not model:
+                        # nothing of this file's goes in: the loader is made where it is looped over
+                        what = (f"{callee} ({p.epoch_model.file_name}) loops over a loader drawing from a shuffling "
+                                "DistributedSampler and its epoch loop never calls")
+                    else:
+                        what = (f"{loader_text} draws from a shuffling DistributedSampler and is handed to {callee} "
+                                f"({p.epoch_model.file_name}), whose epoch loop never calls")
                 yield Hit(
                     node,
                     message=(
                         f"{what} `{sampler}.set_epoch(...)`: the sampler seeds its shuffle with the epoch, so "
                         "every epoch replays the epoch-0 order on every rank"
                     ),
-                    fix=(f"call `{sampler}.set_epoch(epoch)` at the top of the epoch loop, before iterating `{held}`"
+                    fix=(f"call `{sampler}.set_epoch(epoch)` at the top of the epoch loop, before iterating {loader_text}"
                          if p.iter_call is None else
-                         f"call `{sampler}.set_epoch(n)` with a counter that grows each time `iter({held})` is "
+                         f"call `{sampler}.set_epoch(n)` with a counter that grows each time `iter({held or 'loader'})` is "
                          "remade, right before remaking it"),
                     edit=(set_epoch_edit(model, p.epoch, sampler, loader.site.arg("sampler", 3))
                           if p.epoch_model is model and p.iter_call is None and loader.model is model else None),

@@ -1,7 +1,11 @@
 """DDP101 missing-set-epoch: beyond the fixtures."""
 
+import textwrap
+
 import pytest
 
+from ddpcheck.lint.engine import lint_path
+from ddpcheck.settings import LintSettings
 from tests.rules.lintsnippet import lines
 
 TEMPLATE = """\
@@ -28,3 +32,25 @@ def test_a_loop_of_one_epoch_has_no_order_to_replay(epochs):
 @pytest.mark.parametrize("epochs", ["range(2)", "range(start, start + 2)", "range(int(torch.randint(2, 9, (1,))))"])
 def test_more_epochs_are_reported(epochs):
     assert lines("DDP101", TEMPLATE.format(epochs=epochs)) == [10]
+
+
+def test_a_loop_run_by_a_helper_module_names_no_placeholder(tmp_path):
+    """The script hands nothing over: the helper makes the loader and loops
+    over it. The message must not show a made-up name in code quotes."""
+    (tmp_path / "engine.py").write_text(textwrap.dedent("""\
+        from torch.utils.data import DataLoader, DistributedSampler
+
+        def run(args):
+            data = list(range(64))
+            for epoch in range(args.epochs):
+                for batch in DataLoader(data, batch_size=8, sampler=DistributedSampler(data)):
+                    pass
+        """))
+    train = tmp_path / "train.py"
+    train.write_text("import torch.distributed as dist\nimport engine\n\n"
+                     "dist.init_process_group('nccl')\nengine.run(parse())\ndist.destroy_process_group()\n")
+    result = lint_path(str(train), LintSettings(enabled=frozenset({"DDP101"})))
+    (finding,) = result.findings
+    assert finding.line == 5
+    assert "`the loader" not in finding.message and "`the loader" not in (finding.fix or "")
+    assert "run() (engine.py) loops over a loader" in finding.message
