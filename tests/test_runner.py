@@ -8,7 +8,7 @@ import ddpcheck.lint.analyze as run
 import ddpcheck.lint.engine as lint_engine
 from ddpcheck.settings import LintSettings
 from ddpcheck.findings import Finding, Severity
-from ddpcheck.lint.runner import IN_PROCESS_MAX_FILES, chunks_biggest_first, lint_files
+from ddpcheck.lint.runner import IN_PROCESS_MAX_FILES, LintTask, chunks_in_path_order, lint_files, split_in_runs
 from tests.conftest import PREAMBLE, write
 
 
@@ -73,7 +73,7 @@ def test_prefiltered_files_are_never_analysed(tmp_path, monkeypatch, fake_rules)
     assert result.error is None and result.findings == ()
 
 
-def test_batches_start_with_the_biggest_files_and_cover_every_task(tmp_path):
+def test_batches_follow_path_order_and_cover_every_task(tmp_path):
     sizes = [5, 1000, 20, 20, 7000, 3, 0]
     tasks = []
     for i, size in enumerate(sizes):
@@ -81,12 +81,24 @@ def test_batches_start_with_the_biggest_files_and_cover_every_task(tmp_path):
         path.write_text("x" * size)
         tasks.append((str(path), LintSettings(enabled=frozenset())))
     tasks.append((str(tmp_path / "missing.py"), LintSettings(enabled=frozenset())))
-    batches = chunks_biggest_first(tasks, workers=2)
-    flat = [path for batch in batches for path, _ in batch]
-    assert sorted(flat) == sorted(path for path, _ in tasks)
-    assert flat[:2] == [str(tmp_path / "f4.py"), str(tmp_path / "f1.py")]
-    assert batches[0] == [tasks[4]]  # the biggest file is a batch of its own
-    assert len(batches[-1]) > 1      # the small ones are batched together
+    batches = chunks_in_path_order([LintTask(*t) for t in reversed(tasks)], workers=2)
+    flat = [task.path for batch in batches for task in batch]
+    assert flat == sorted(path for path, _ in tasks)   # neighbours stay together
+    assert [LintTask(*tasks[4])] in batches            # the biggest file is a batch of its own
+    assert any(len(batch) > 1 for batch in batches)    # the small ones are batched together
+
+
+def test_each_worker_gets_a_run_of_consecutive_batches_of_about_the_same_bytes(tmp_path):
+    tasks = []
+    for i in range(40):
+        path = tmp_path / f"f{i:02}.py"
+        path.write_text("x" * 100)
+        tasks.append(LintTask(str(path), LintSettings(enabled=frozenset())))
+    batches = chunks_in_path_order(tasks, workers=2)
+    runs = split_in_runs(batches, 2)
+    assert [batch for run in runs for batch in run] == batches   # consecutive, in order, all of them
+    sizes = [sum(len(batch) for batch in run) for run in runs]
+    assert abs(sizes[0] - sizes[1]) <= max(len(batch) for batch in batches)
 
 
 def test_a_worker_collects_cycles_between_files_and_freezes_the_survivors():

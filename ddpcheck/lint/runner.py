@@ -86,12 +86,15 @@ def time_limit_for(path: str, base: float = FILE_TIME_LIMIT_S) -> float:
     return base + TIME_PER_MEGABYTE_S * _size(path) / 1e6
 
 
-def chunks_biggest_first(tasks: Sequence[LintTask], workers: int) -> list[list[LintTask]]:
-    """Batches of tasks, biggest files first, each batch about 1/(16 x workers)
-    of the bytes. Largest-first keeps one huge file from starting last and
-    leaving the other workers idle; batching keeps the per-task overhead of
-    the many small (mostly prefiltered-out) files low."""
-    sized = sorted(((_size(t[0]), t) for t in tasks), key=lambda st: (-st[0], st[1][0]))
+def chunks_in_path_order(tasks: Sequence[LintTask], workers: int) -> list[list[LintTask]]:
+    """Batches of tasks in path order, each about 1/(16 x workers) of the
+    bytes (a file bigger than that is a batch of its own). Path order keeps
+    the files of one package together: they import the same helper modules,
+    which a worker parses once for all the files it lints (see
+    _Supervisor: each worker takes a run of consecutive batches); batching
+    keeps the per-task overhead of the many small (mostly prefiltered-out)
+    files low."""
+    sized = [(_size(t.path), t) for t in sorted(tasks, key=lambda t: t.path)]
     budget = max(1, sum(size for size, _ in sized) // (workers * 16))
     batches: list[list[LintTask]] = []
     current: list[LintTask] = []
@@ -105,6 +108,20 @@ def chunks_biggest_first(tasks: Sequence[LintTask], workers: int) -> list[list[L
     if current:
         batches.append(current)
     return batches
+
+
+def split_in_runs(batches: list[list[LintTask]], workers: int) -> list[deque[list[LintTask]]]:
+    """`batches` cut into `workers` runs of consecutive batches of about the
+    same bytes, one per worker."""
+    sizes = [sum(_size(t.path) for t in batch) for batch in batches]
+    share = sum(sizes) / max(1, workers)
+    runs: list[deque[list[LintTask]]] = [deque() for _ in range(workers)]
+    done = 0
+    for batch, size in zip(batches, sizes):
+        index = min(workers - 1, int((done + size / 2) // share)) if share else 0
+        runs[index].append(batch)
+        done += size
+    return runs
 
 
 # --- the worker side -------------------------------------------------------------
@@ -223,11 +240,14 @@ def _start_worker(ctx, collect_after: int) -> _Worker:
 class _Supervisor:
     def __init__(self, ctx, batches: list[list[LintTask]], workers: int, time_limit: float) -> None:
         self.ctx = ctx
-        self.pending: deque[list[LintTask]] = deque(batches)
         self.limit = time_limit
         self.results: dict[str, FileResult] = {}
         self.workers: list[_Worker] = []
         started = min(workers, len(batches))
+        # each worker's run of consecutive batches (neighbouring files share
+        # helper modules); one whose run is done takes from the end of the
+        # longest other run, so no worker idles while batches are left
+        self.runs = split_in_runs(batches, started)
         self.collect_after = max(GC_AFTER_ALLOCATIONS, GARBAGE_OBJECTS_PER_RUN // max(1, started))
         try:
             for _ in range(started):
@@ -256,20 +276,26 @@ class _Supervisor:
             worker.stop(kill=bool(worker.batch))
 
     def _give_up(self, message: str) -> None:
-        left = [t for w in self.workers for t in w.batch] + [t for batch in self.pending for t in batch]
+        left = [t for w in self.workers for t in w.batch] + [t for run in self.runs for batch in run for t in batch]
         for task in left:
             self.results.setdefault(task.path, FileResult(path=task.path, error=FileError(ErrorKind.CRASHED, message)))
         for worker in self.workers:
             worker.batch.clear()
-        self.pending.clear()
+        for run in self.runs:
+            run.clear()
 
     def _feed(self, index: int, batch: list[LintTask] | None = None) -> None:
-        """Send `batch` (else the next pending one) to worker `index`; a worker
-        found dead before it started is replaced (a few times at most)."""
+        """Send `batch` (else the next of its run, else one taken from the
+        end of the longest other run) to worker `index`; a worker found dead
+        before it started is replaced (a few times at most)."""
         if batch is None:
-            if not self.pending:
-                return
-            batch = self.pending.popleft()
+            if self.runs[index]:
+                batch = self.runs[index].popleft()
+            else:
+                longest = max(self.runs, key=len)
+                if not longest:
+                    return
+                batch = longest.pop()
         for _ in range(3):
             try:
                 self.workers[index].send(batch)
@@ -339,7 +365,7 @@ def lint_files(tasks: Sequence[LintTask | tuple], jobs: int, time_limit: float =
         return []
     ctx = _fork_context()
     workers = 1 if jobs <= 1 or len(tasks) <= IN_PROCESS_MAX_FILES else min(jobs, len(tasks))
-    batches = [list(tasks)] if workers == 1 else chunks_biggest_first(tasks, workers)
+    batches = [list(tasks)] if workers == 1 else chunks_in_path_order(tasks, workers)
     supervisor = None
     if ctx is not None:
         if workers > 1:
