@@ -2139,13 +2139,24 @@ def passes(model: ScriptModel, fn: FunctionInfo | None) -> tuple[Pass, ...]:
         epoch = loop.ctx.loops[-1] if loop.ctx.loops else None
         found.append(Pass(consumed_value, loop, model, epoch, model if epoch else None))
     found += _iter_passes(model, fn)
+    memo = model.project.memo
     for call in model.calls_in(fn):
         target = resolve_call(model, call, LOADER_NEED)
         if target is None or target[1] is fn or is_generator(target[1]):
             continue
         tmodel, callee = target
-        for p in passes(tmodel, callee):
-            consumed_value = _loaders_only(bind(model, call, p.consumed))
+        callee_passes = passes(tmodel, callee)
+        # each pass carried up through this call is work that grows with the
+        # callee's answer (a call graph whose functions call each other along
+        # many paths): it is charged to the file's budget
+        memo.charge(len(callee_passes))
+        # the passes reached along different paths often consume the same
+        # value: it is bound to this call once
+        bound: dict[Value, Value] = {}
+        for p in callee_passes:
+            consumed_value = bound.get(p.consumed)
+            if consumed_value is None:
+                consumed_value = bound[p.consumed] = _loaders_only(bind(model, call, p.consumed))
             if not consumed_value:
                 continue
             if p.epoch is None and call.ctx.loops:

@@ -12,7 +12,7 @@ import libcst as cst
 import pytest
 
 from ddpcheck.lint.analyze import rule_hits
-from ddpcheck.model.flow import every_pass
+from ddpcheck.model.flow import every_pass, passes
 from ddpcheck.model.memo import TooComplex
 from ddpcheck.model.project import Project
 from ddpcheck.rules import REGISTRY
@@ -71,3 +71,20 @@ def test_a_file_out_of_budget_is_linted_without_error_and_the_next_file_has_its_
     plain = "def epochs(loader):\n    for batch in loader:\n        pass\n"
     model = project.build("u.py", cst.parse_module(plain))
     assert [fn.name for fn, _ in every_pass(model)] == ["epochs"]
+
+
+def test_the_passes_carried_up_through_a_call_are_charged_to_the_budget():
+    # A loop reached along many paths of a call graph is carried up once per
+    # path and call: work that grows with the callee's answer, so it counts
+    # against the file's budget even where nothing needs binding (a
+    # DataLoader made in the callee), else a dense call graph runs unbounded.
+    loops = 60
+    code = "from torch.utils.data import DataLoader\n\ndef inner(data):\n" + "".join(
+        f"    for batch in DataLoader(data[{i}]):\n        step(batch)\n" for i in range(loops))
+    code += "\ndef outer(data):\n    inner(data)\n"
+    project, model = _model(code, BUDGET)
+    functions = {fn.name: fn for fn in model.functions}
+    assert len(passes(model, functions["inner"])) == loops
+    before = project.memo.spent
+    assert len(passes(model, functions["outer"])) == loops
+    assert project.memo.spent - before >= loops
