@@ -74,8 +74,11 @@ class MissingSetEpoch(Rule):
                     continue
                 if _sets_epoch(p.epoch_model, p.epoch, atom, shuffling):
                     continue
-                reported.add(id(node))
                 handed = _held_as(model, p, atom)
+                if p.epoch_model is not model and handed is None and loader.model is not model \
+                        and not _comes_out(model, p, atom):
+                    continue   # made and looped over in the other module, which reports it at its own loop
+                reported.add(id(node))
                 held = handed or loader.key
                 sampler = next((s.key for s in shuffling if s.key and s.model is model
                                 and p.epoch_model is model and _visible(model, s, p.epoch)),
@@ -115,6 +118,23 @@ def _call_leaving(model: ScriptModel, p: Pass) -> cst.CSTNode | None:
         return None
     target = resolve_call(model, p.via[0])
     return p.via[0].node if target is not None and target[0] is not model else None
+
+
+def _comes_out(model: ScriptModel, p: Pass, atom: Made) -> bool:
+    """The call of this file that leads to the pass returns the loader, or a
+    generator whose body runs the epoch loop (`create_loader(...)` returning
+    `sample_data(loader)`, then `next(...)` here): this file drives it."""
+    call = p.via[0]
+    value = value_at(model, call.node, call.ctx.function, call.stmt)
+    if not value.known:
+        return False
+    for made in value.made:
+        if made == atom:
+            return True
+        target = resolve_call(made.model, made.site)
+        if target is not None and p.epoch is not None and target[1] is p.epoch.ctx.function:
+            return True
+    return False
 
 
 def _loader_info(atom: Made) -> LoaderInfo | None:
