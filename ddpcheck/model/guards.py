@@ -18,8 +18,8 @@ import ast
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    argument_expr, arguments_for, bindings_seen, entry_expressions, field_expressions, is_none_of, resolve_call,
-    sole_binding, truth_of, value_at,
+    Made, argument_expr, arguments_for, bindings_seen, entry_expressions, field_expressions, is_none_of,
+    resolve_call, sole_binding, truth_of, value_at,
 )
 from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
@@ -435,8 +435,14 @@ def _comparison(model, expr: cst.Comparison, scope) -> Condition:
     value = _literal(right)
     if value is None:
         return _size_comparison(model, left, op_type, right, scope)
-    if not is_rank_expr(model, left, scope):
+    if not is_rank_expr(model, left, scope) and not (
+            isinstance(left, cst.Attribute) and _made_field_is_rank(model, left.value, scope, left.attr.value)):
         return _size_comparison(model, left, op_type, right, scope)
+    return _rank_compared(op_type, value)
+
+
+def _rank_compared(op_type, value) -> Condition:
+    """What `<a rank> <op> value` says, from the values a rank takes in each world."""
     if isinstance(value, tuple) and op_type not in (cst.In, cst.NotIn):
         return UNKNOWN
     if not isinstance(value, tuple) and op_type in (cst.In, cst.NotIn):
@@ -646,6 +652,10 @@ def condition_in_call(model, test: cst.BaseExpression, fn, frames: tuple) -> Con
         answer = _compared_at_call(model, fn, *compared, frames)
         if answer is not None:
             return TRUE if answer else FALSE
+    if isinstance(test, cst.Comparison):
+        field = _param_field_compared(model, test, fn)
+        if field is not None and _field_is_rank_at_call(model, fn, field[0], field[1], frames):
+            return _rank_compared(field[2], field[3])
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and \
             type(test.comparisons[0].operator) in (cst.Is, cst.IsNot):
         left, right = test.left, test.comparisons[0].comparator
@@ -654,6 +664,58 @@ def condition_in_call(model, test: cst.BaseExpression, fn, frames: tuple) -> Con
             cond = _argument_condition(model, fn, side.value, frames, none_test=True)
             return cond if isinstance(test.comparisons[0].operator, cst.Is) else cond.negate()
     return condition_of(model, test, fn)
+
+
+def _param_field_compared(model, test: cst.Comparison, fn):
+    """`conf.device == 0`, `0 != cfg.rank_id` with `conf` a parameter of `fn`:
+    (parameter, field, operator, literal), the literal on the right; else None."""
+    if len(test.comparisons) != 1:
+        return None
+    op_type = type(test.comparisons[0].operator)
+    left, right = test.left, test.comparisons[0].comparator
+    if _literal(left) is not None and _literal(right) is None and op_type not in (cst.In, cst.NotIn):
+        left, right = right, left
+        op_type = _FLIP.get(op_type, op_type)
+    value = _literal(right)
+    if op_type not in _OPS or op_type in (cst.Is, cst.IsNot) or value is None or \
+            not isinstance(left, cst.Attribute) or not isinstance(left.value, cst.Name) or \
+            not _own_param(model, left.value, fn):
+        return None
+    return left.value.value, left.attr.value, op_type, value
+
+
+def _field_is_rank_at_call(model, fn, param: str, field: str, frames: tuple) -> bool:
+    """Every object the call `frames[0]` passes as `param` had `field` set to
+    a rank (`conf.device = int(os.environ["LOCAL_RANK"])` in the `get_config()`
+    that made it), as far as the function that made it and the caller show;
+    False when any of it is unknown or a field is set to anything else."""
+    caller_model, call = frames[0]
+    bound, expr = argument_expr(call, fn, param)
+    if not bound or expr is None:
+        return False
+    return _made_field_is_rank(caller_model, expr, call.ctx.function, field)
+
+
+def _made_field_is_rank(model, expr: cst.BaseExpression, scope, field: str) -> bool:
+    """Every object `expr` (read in `scope`) holds had `field` set to a rank,
+    by the function that made it and in `scope` (the only places looked at:
+    a field set anywhere else is not seen); False when the object is not
+    known, no such assignment is seen, or one sets something else."""
+    value = value_at(model, expr, scope)
+    if not value.known or not value.atoms:
+        return False
+    for atom in value.atoms:
+        if not isinstance(atom, Made):
+            return False
+        places = {(id(atom.model), atom.site.ctx.function): (atom.model, atom.site.ctx.function),
+                  (id(model), scope): (model, scope)}
+        writes = [(m, a) for m, scope in places.values() for a in m.assigns_in(scope)
+                  if isinstance(a.target, cst.Attribute) and a.target.attr.value == field
+                  and atom in value_at(m, a.target.value, scope).atoms]
+        if not writes or not all(a.value is not None and a.augmented is None and
+                                 is_rank_expr(m, a.value, a.ctx.function) for m, a in writes):
+            return False
+    return True
 
 
 def _own_param(model, name: cst.Name, fn) -> bool:

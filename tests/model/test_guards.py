@@ -140,3 +140,72 @@ def test_helper_guard_on_its_parameter_judged_at_the_call():
     guarded, unguarded = [c for c in model.calls if c.func == "save"]
     assert DN not in worlds_from_call(model, site.ctx, fn, ((model, guarded),))
     assert DN in worlds_from_call(model, site.ctx, fn, ((model, unguarded),))
+
+
+# A config object whose field holds the local rank, tested in a helper module
+# the script calls: the field is judged by what the function that made the
+# object set it to.
+_CONFIG = """\
+import os
+from types import SimpleNamespace
+
+def get_config():
+    conf = SimpleNamespace()
+    conf.out = "ckpt"
+    conf.device = {device}
+    return conf
+"""
+_LEARNER = """\
+import torch
+
+class Learner:
+    def save_state(self, conf, tag):
+        torch.save({{}}, f"{{conf.out}}/model_{{tag}}.pth")
+
+    def train(self, conf, epochs):
+        for epoch in range(epochs):
+            if {test}:
+                self.save_state(conf, epoch)
+"""
+_ENTRY = """\
+import torch.distributed as dist
+from config import get_config
+from learner import Learner
+
+if __name__ == "__main__":
+    conf = get_config()
+    dist.init_process_group("nccl")
+    learner = Learner()
+    learner.train(conf, 3)
+"""
+
+
+@pytest.mark.parametrize("device, test, reported", [
+    ('int(os.environ["LOCAL_RANK"])', "conf.device == 0", False),
+    ('int(os.environ["LOCAL_RANK"])', "0 == conf.device", False),
+    ('int(os.environ["LOCAL_RANK"])', "epoch > 1 and conf.device in [0, -1]", False),
+    ('int(os.environ["LOCAL_RANK"])', "conf.device != 0", True),
+    ('"cuda"', "conf.device == 0", True),          # not a rank: the test says nothing of ranks
+    ("int(os.environ.get('GPU', 0))", "conf.device == 0", True),
+])
+def test_a_rank_field_of_a_config_guards_a_helper_called_from_the_script(tmp_path, device, test, reported):
+    from ddpcheck.lint.engine import lint_path
+
+    (tmp_path / "config.py").write_text(_CONFIG.format(device=device))
+    (tmp_path / "learner.py").write_text(_LEARNER.format(test=test))
+    (tmp_path / "train.py").write_text(_ENTRY)
+    result = lint_path(str(tmp_path / "train.py"), LintSettings(enabled=frozenset({"DDP301"}), root=str(tmp_path)))
+    assert [f.line for f in result.findings] == ([9] if reported else [])
+
+
+def test_a_rank_field_of_a_config_guards_in_the_script_itself(tmp_path):
+    from ddpcheck.lint.engine import lint_path
+
+    (tmp_path / "config.py").write_text(_CONFIG.format(device='int(os.environ["LOCAL_RANK"])'))
+    entry = ("import torch\nimport torch.distributed as dist\nfrom config import get_config\n\n"
+             "conf = get_config()\ndist.init_process_group('nccl')\n"
+             "if conf.device == 0:\n    torch.save({}, 'a.pt')\n"
+             "if conf.out == 0:\n    torch.save({}, 'b.pt')\n")
+    (tmp_path / "train.py").write_text(entry)
+    result = lint_path(str(tmp_path / "train.py"), LintSettings(enabled=frozenset({"DDP301"}), root=str(tmp_path)))
+    assert [f.line for f in result.findings] == [10]
