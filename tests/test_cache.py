@@ -170,3 +170,22 @@ def test_a_run_answered_from_the_cache_never_imports_libcst(project):
     assert first[-1].endswith(" 1")  # cold: analysed (in worker processes)
     assert second[-1] == "False 1"   # warm: the driver never imported libcst (nor the rules); same exit code
     assert list((project / "cache").rglob("*.json"))
+
+
+def test_a_skipped_script_is_analysed_once_a_module_it_imports_turns_distributed(tmp_path, monkeypatch, counted):
+    """The script names no distributed word; whether it is analysed depends
+    on the modules it imports, so its cached result does too."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("DDPCHECK_CACHE_DIR", str(tmp_path / "cache"))
+    helper = write(tmp_path / "runner.py", "class Runner:\n    def run(self):\n        pass\n")
+    write(tmp_path / "train.py", "from runner import Runner\n\nif __name__ == '__main__':\n    Runner().run()\n")
+    first = lint("--select", "DDP402", "train.py")
+    assert first.exit_code == 0 and counted.names() == []
+    lint("--select", "DDP402", "train.py")
+    assert counted.names() == []
+    helper.write_text("import torch\n\n\nclass Runner:\n    def run(self):\n"
+                      "        torch.distributed.init_process_group('nccl')\n")
+    touch_later(helper)
+    changed = lint("--select", "DDP402", "train.py")
+    assert counted.names() == ["train.py"]
+    assert "train.py:4:5: DDP402" in changed.stdout

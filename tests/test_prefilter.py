@@ -111,3 +111,81 @@ def test_only_the_noqa_check_opens_nothing():
     assert not worth_analysing(ddp, frozenset())
     assert worth_analysing(ddp, frozenset({"DDP001", "DDP101"}))
     assert not worth_analysing("import torch\nx = torch.zeros(3)\n", frozenset({"DDP101"}))
+
+
+# A script naming no distributed word: its whole run lives in a module it imports.
+RUNNER = """\
+import torch
+
+
+class Runner:
+    def __init__(self, steps):
+        torch.distributed.init_process_group(backend="nccl")
+        self.steps = steps
+
+    def run(self):
+        for _ in range(self.steps):
+            pass
+"""
+PLAIN_HELPER = """\
+def summarise(values):
+    return sum(values) / len(values)
+"""
+ENTRY = """\
+import sys
+
+from {module} import {name}
+
+if __name__ == "__main__":
+    {call}
+"""
+EVERY_RULE = frozenset(code for code in declared() if not code.startswith("DDP9"))
+
+
+def analysed_files(monkeypatch) -> list[str]:
+    import ddpcheck.lint.analyze as analysis
+
+    seen: list[str] = []
+    real = analysis.analyze
+
+    def counting(text, path, settings, project=None):
+        seen.append(Path(path).name)
+        return real(text, path, settings, project)
+
+    monkeypatch.setattr(analysis, "analyze", counting)
+    return seen
+
+
+def test_an_entry_script_whose_run_is_in_a_helper_module_is_analysed(tmp_path: Path, monkeypatch):
+    (tmp_path / "runner.py").write_text(RUNNER)
+    script = tmp_path / "train.py"
+    script.write_text(ENTRY.format(module="runner", name="Runner", call="Runner(int(sys.argv[1])).run()"))
+    assert not worth_analysing(script.read_text(), EVERY_RULE)
+    seen = analysed_files(monkeypatch)
+    result = lint_path(str(script), LintSettings(enabled=EVERY_RULE, root=str(tmp_path)))
+    assert seen == ["train.py"]
+    assert [(f.code, f.line) for f in result.findings] == [("DDP402", 6)]   # at the call: the group is never destroyed
+
+
+def test_a_script_importing_nothing_distributed_is_not_analysed(tmp_path: Path, monkeypatch):
+    (tmp_path / "stats.py").write_text(PLAIN_HELPER)
+    script = tmp_path / "report.py"
+    script.write_text(ENTRY.format(module="stats", name="summarise", call="print(summarise([1, 2]))"))
+    seen = analysed_files(monkeypatch)
+    result = lint_path(str(script), LintSettings(enabled=EVERY_RULE, root=str(tmp_path)))
+    assert seen == [] and result.findings == ()
+    assert result.helpers == (str(tmp_path / "stats.py"),)   # what the decision read: the cache keys on it
+
+
+def test_only_scripts_look_at_their_imports(tmp_path: Path, monkeypatch):
+    """A module with no entry point is judged by its own text (the cost of a
+    big repo stays that of its distributed files), unless config's
+    `script-files` names it."""
+    (tmp_path / "runner.py").write_text(RUNNER)
+    module = tmp_path / "tasks.py"
+    module.write_text("from runner import Runner\n\n\ndef go(n):\n    Runner(n).run()\n")
+    seen = analysed_files(monkeypatch)
+    lint_path(str(module), LintSettings(enabled=EVERY_RULE, root=str(tmp_path)))
+    assert seen == []
+    lint_path(str(module), LintSettings(enabled=EVERY_RULE, root=str(tmp_path), script_files=("tasks.py",)))
+    assert seen == ["tasks.py"]

@@ -7,9 +7,12 @@ pre-commit hook."""
 from __future__ import annotations
 
 import functools
+import os
+import re
 from typing import TYPE_CHECKING
 
 from ddpcheck.findings import ErrorKind, FileError, FileResult, Finding, SourceError
+from ddpcheck.lint.pathmatch import matches_any, relative_posix
 from ddpcheck.parse.source import read_source
 from ddpcheck.parse.syntax import check_syntax
 from ddpcheck.settings import LintSettings
@@ -49,6 +52,21 @@ def worth_analysing(text: str, enabled: frozenset[str]) -> bool:
     return might_have_findings(text, frozenset(known) | enabled)
 
 
+# A script's entry point: `if __name__ == "__main__":` at the top level.
+_MAIN_GUARD = re.compile(r"""^if\s+(__name__\s*==\s*(['"])__main__\2|(['"])__main__\3\s*==\s*__name__)\s*:""",
+                         re.MULTILINE)
+
+
+def is_entry_script(text: str, path: str, settings: LintSettings) -> bool:
+    """The file is run as a program: a top-level `if __name__ == "__main__":`,
+    or config's `script-files` names it."""
+    if "__main__" in text and _MAIN_GUARD.search(text):
+        return True
+    if settings.script_files:
+        return matches_any(relative_posix(path, settings.root), settings.script_files)
+    return False
+
+
 class Projects:
     """The projects (model/project.py) of one process's share of a lint run:
     one per group of settings that changes what the engine knows (the root,
@@ -58,6 +76,8 @@ class Projects:
 
     def __init__(self) -> None:
         self._by_key: dict[tuple, "Project"] = {}
+        # (module path, its stamp, the enabled rules) -> whether it passes the prefilter
+        self._module_passes: dict[tuple, bool] = {}
 
     def for_settings(self, settings: LintSettings) -> "Project":
         from ddpcheck.lint.analyze import project_for   # libcst: only once a file needs analysing
@@ -67,6 +87,31 @@ class Projects:
         if project is None:
             project = self._by_key[key] = project_for(settings)
         return project
+
+    def imports_worth_analysing(self, text: str, path: str, settings: LintSettings) -> tuple[bool, tuple[str, ...]]:
+        """For a script that fails the prefilter: whether a local module it
+        imports (however deep) passes it, and the modules looked at (the
+        script's result depends on them)."""
+        from ddpcheck.model.scan import scan_text
+
+        project = self.for_settings(settings)
+        modules = project.imported_modules(path, scan_text(text))
+        return any(self._passes(module, settings.enabled) for module in modules), modules
+
+    def _passes(self, module: str, enabled: frozenset[str]) -> bool:
+        try:
+            stamp = os.stat(module).st_mtime_ns
+        except OSError:
+            return False
+        key = (module, stamp, enabled)
+        found = self._module_passes.get(key)
+        if found is None:
+            try:
+                found = worth_analysing(read_source(module), enabled)
+            except SourceError:
+                found = False
+            self._module_passes[key] = found
+        return found
 
 
 def lint_path(path: str, settings: LintSettings, named: bool = False, projects: Projects | None = None) -> FileResult:
@@ -90,12 +135,20 @@ def lint_text(text: str, path: str, settings: LintSettings, named: bool = False,
     --stdin-filename), sorted, `# noqa` applied; the problem with the text,
     if any, as a typed error."""
     wanted = worth_analysing(text, settings.enabled)
+    imported: tuple[str, ...] = ()
+    if not wanted and is_entry_script(text, path, settings):
+        # A script whose distributed run lives in the project's modules
+        # (`Learner(conf).train()`): the rules that report a helper's chain at
+        # the call need the script analysed. When skipped, its result still
+        # depends on those modules (the result cache keys on them).
+        wanted, imported = (projects if projects is not None else Projects()).imports_worth_analysing(
+            text, path, settings)
     if not wanted and not named:
-        return _noqa_only(text, path, settings)
+        return _noqa_only(text, path, settings, imported)
     try:
         check_syntax(text, path)   # Python's verdict first: exact positions, and no libcst crash on what it refuses
         if not wanted:
-            return _noqa_only(text, path, settings)
+            return _noqa_only(text, path, settings, imported)
         from ddpcheck.lint.analyze import analyze  # libcst import deferred: pre-filtered files never pay it
 
         project = projects.for_settings(settings) if projects is not None else None
@@ -112,14 +165,15 @@ def lint_text(text: str, path: str, settings: LintSettings, named: bool = False,
     return FileResult(path=path, findings=findings, error=error, helpers=analysis.helpers)
 
 
-def _noqa_only(text: str, path: str, settings: LintSettings) -> FileResult:
+def _noqa_only(text: str, path: str, settings: LintSettings, helpers: tuple[str, ...] = ()) -> FileResult:
     """A file no rule needs to parse: only its `# noqa` comments can be wrong
-    (DDP001: every `# noqa: DDPnnn` there suppresses nothing)."""
+    (DDP001: every `# noqa: DDPnnn` there suppresses nothing). `helpers`: the
+    modules whose text made that decision."""
     if not settings.enabled or "noqa" not in text.lower():
-        return FileResult(path=path)
+        return FileResult(path=path, helpers=helpers)
     from ddpcheck.lint.noqa import apply_noqa
 
-    return FileResult(path=path, findings=tuple(apply_noqa([], text, settings.enabled, path)))
+    return FileResult(path=path, findings=tuple(apply_noqa([], text, settings.enabled, path)), helpers=helpers)
 
 
 def lint_source(text: str, path: str, settings: LintSettings) -> list[Finding]:

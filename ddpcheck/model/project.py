@@ -264,6 +264,14 @@ class Project:
                 os.path.abspath(p) for p in self._target_paths(path, scan.sources)))
         return found
 
+    def imported_modules(self, path: str, scan: ModuleScan) -> tuple[str, ...]:
+        """The local modules the module at `path` (scanned as `scan`) imports,
+        however deep (absolute paths); past MAX_REACH_MODULES, only the ones
+        it imports directly."""
+        start = os.path.abspath(path)
+        closure = self._closure(start, scan)
+        return closure if closure is not None else self._targets_of(start, scan)
+
     def local_imports(self, path: str, scan: ModuleScan) -> tuple[str, ...]:
         """The local modules the module at `path` imports directly (absolute paths)."""
         return self._targets_of(os.path.abspath(path), scan)
