@@ -54,28 +54,32 @@ def _once_a_group_exists(model: ScriptModel, test) -> bool | None:
 
 
 @query(on_cycle=None)
-def group_start_in(model: ScriptModel, fn: FunctionInfo) -> tuple[ScriptModel, object] | None:
+def group_start_in(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> tuple[ScriptModel, object] | None:
     """The init_process_group call that running `fn` makes: in its own body,
     or in a function of the tree it calls, any number of calls down and
     across modules (a trainer's base-class `__init__` -> `setup()` -> a
     helper module's `init_dist()`): (the model it is in, the call). A chain
-    that comes back to a function already on it adds nothing."""
+    that comes back to a function already on it adds nothing. Three calls
+    down at most, for cost: "none" needs every function reachable from `fn`,
+    and where every module can reach a group start (Megatron-LM: the import
+    prefilter prunes nothing) that walk spent the budget of 27 more files,
+    which then said nothing at all (a DDP404 error there was lost)."""
     if not model.may_reach(INIT_NEED):
         return None
     calls = model.calls_in(fn)
     found = next(((model, c) for c in calls if is_init_call(model, c)), None)
-    if found is None:
+    if found is None and depth < 3:
         for c in calls:
             target = resolve_call(model, c, INIT_NEED)
             if target is not None and target[1] is not fn:
-                found = group_start_in(target[0], target[1])
+                found = group_start_in(target[0], target[1], depth + 1)
                 if found is not None:
                     break
     return found
 
 
 def function_inits(model: ScriptModel, fn: FunctionInfo) -> bool:
-    """The function (or one it calls, any number of calls down) calls init_process_group."""
+    """The function (or one it calls, three calls down: group_start_in) calls init_process_group."""
     return group_start_in(model, fn) is not None
 
 
