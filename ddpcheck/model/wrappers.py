@@ -17,6 +17,7 @@ from ddpcheck.model.flow import (
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
 from ddpcheck.model.reads import reads
+from ddpcheck.model.saves import TORCH_SAVE, saved_state_dicts
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import LoaderInfo, WrapInfo, loaders, wraps
 from ddpcheck.model.script import exclusive
@@ -403,6 +404,10 @@ def _renamed_state(model: ScriptModel, expr: cst.BaseExpression, scope, renames,
         name = (dotted_name(expr.func) or "").rpartition(".")[2]
         if strip and name in _STRIP_FUNCTIONS:
             return True
+        site = model.site_of.get(id(expr))
+        target = resolve_call(model, site) if site is not None else None
+        if target is not None:   # a helper of the project: what it returns
+            return _returns_renamed(target[0], target[1], renames, strip)
         if name in ("OrderedDict", "dict") and expr.args and isinstance(expr.args[0].value, (cst.GeneratorExp, cst.ListComp)):
             elt = expr.args[0].value.elt
             return isinstance(elt, cst.Tuple) and bool(elt.elements) and renames(model, elt.elements[0].value, scope)
@@ -428,15 +433,35 @@ def _handed_to_strip(model: ScriptModel, scope) -> frozenset[str]:
                      if c.attr in _STRIP_FUNCTIONS and c.node.args and dotted_name(c.node.args[0].value))
 
 
+@query(on_cycle=False)
+def _returns_renamed(model: ScriptModel, fn: FunctionInfo, renames, strip: bool) -> bool:
+    """A helper of the project (any module) whose every `return` is a state
+    dict with renamed keys (`def translate(sd): new = {}; for k, v in sd.items():
+    new[k[7:]] = v; return new`); a recursion is the memo's fixed point."""
+    return bool(fn.returns) and all(_renamed_state(model, ret, ctx.function, renames, strip)
+                                    for ret, ctx in fn.returns)
+
+
+def _tests_prefix(model: ScriptModel, test: cst.BaseExpression, scope) -> bool:
+    """`k.startswith("module.")` or `"module" in k`: the key carries the prefix."""
+    if isinstance(test, cst.Call) and isinstance(test.func, cst.Attribute) and \
+            test.func.attr.value == "startswith" and test.args:
+        return _is_prefix(model, test.args[0].value, scope)
+    if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and \
+            isinstance(test.comparisons[0].operator, cst.In):
+        return _is_prefix(model, test.left, scope)
+    return False
+
+
 def _filled_renamed(model: ScriptModel, key: str, scope, renames=renames_key) -> bool:
     """`for k, v in sd.items(): new_sd[k[7:]] = v`: a dict filled key by key
-    under renamed keys."""
-    for loop in loops_in(model, scope):
-        if not loop.is_for:
-            continue
-        body = loop.node.body
-        stmts = body.body if isinstance(body, cst.IndentedBlock) else ()
+    under renamed keys, unconditionally or under a test that the key carries
+    the prefix (`if "module" in k: new_sd[k[7:]] = v else: new_sd[k] = v`)."""
+    def fills(block) -> bool:
+        stmts = block.body if isinstance(block, cst.IndentedBlock) else ()
         for stmt in stmts:
+            if isinstance(stmt, cst.If) and _tests_prefix(model, stmt.test, scope) and fills(stmt.body):
+                return True
             smalls = stmt.body if isinstance(stmt, cst.SimpleStatementLine) else ()
             for small in smalls:
                 if not isinstance(small, cst.Assign):
@@ -447,7 +472,9 @@ def _filled_renamed(model: ScriptModel, key: str, scope, renames=renames_key) ->
                             len(target.slice) == 1 and isinstance(target.slice[0].slice, cst.Index) and \
                             renames(model, target.slice[0].slice.value, scope):
                         return True
-    return False
+        return False
+
+    return any(loop.is_for and fills(loop.node.body) for loop in loops_in(model, scope))
 
 
 def renames_prefix_on_load(model: ScriptModel) -> bool:
@@ -469,6 +496,44 @@ def renames_prefix_on_load(model: ScriptModel) -> bool:
         if isinstance(a.value, cst.DictComp) and renames_key(model, a.value.key, a.ctx.function) \
                 and loads(a.ctx.function):
             return True
+    return False
+
+
+def loads_own_wrapped_checkpoint(model: ScriptModel, loaded: cst.BaseExpression, kind: str,
+                                 _following: frozenset = frozenset()) -> bool:
+    """`loaded` is read by `torch.load(P)` (or is an item of what it reads:
+    `torch.load(P)[0]`, `ckpt["model"]`) from a path this module writes with
+    `torch.save`, the same path expression, saving the `state_dict()` of a
+    `kind` wrapper: the project loads back into the wrapper a checkpoint it
+    wrote from one, keys and all."""
+    if isinstance(loaded, cst.Subscript):
+        return loads_own_wrapped_checkpoint(model, loaded.value, kind, _following)
+    if isinstance(loaded, cst.Call):
+        site = model.site_of.get(id(loaded))
+        if site is None or site.qual not in ("torch.load", "torch.serialization.load"):
+            return False
+        path = site.arg("f", 0)
+        return path is not None and _writes_wrapped(model, model.module.code_for_node(path), kind)
+    if not isinstance(loaded, (cst.Name, cst.Attribute)) or id(loaded) in _following:
+        return False
+    assigns = [a for a in bindings_seen(model, loaded) if a.kind == "assign" and a.value is not None
+               and a.augmented is None]
+    return bool(assigns) and all(loads_own_wrapped_checkpoint(model, a.value, kind, _following | {id(loaded)})
+                                 for a in assigns)
+
+
+@query(on_cycle=False)
+def _writes_wrapped(model: ScriptModel, path_text: str, kind: str) -> bool:
+    """A `torch.save` of this module writes, to the path spelled `path_text`,
+    the `state_dict()` of a `kind` wrapper."""
+    for sink in model.calls:
+        path = sink.arg("f", 1) if sink.qual in TORCH_SAVE else None
+        if path is None or model.module.code_for_node(path) != path_text:
+            continue
+        for sd in saved_state_dicts(model, sink, lambda _m, _n: False):
+            found = wrapper_in(model, sd.receiver, sd.ctx) if sd.receiver is not None else None
+            if found is not None and found[0].kind == kind:
+                return True
     return False
 
 
@@ -530,4 +595,5 @@ def _hands_ddp(model: ScriptModel, call: CallSite) -> bool:
 
 __all__ = ["prefix_adapter", "loaders_trained_through_calls", "wrapper_held", "wraps_held", "wrapped_by_another_method", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
            "prefixes_key", "adds_prefix", "unwrapped_fallback",
-           "tells_wrapper_apart", "renames_prefix_on_load", "project_strips_prefix"]
+           "tells_wrapper_apart", "renames_prefix_on_load", "project_strips_prefix",
+           "loads_own_wrapped_checkpoint"]

@@ -9,7 +9,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.flow import bindings_seen, value_of
 from ddpcheck.model.wrappers import wraps_held
 from ddpcheck.model.saves import hands_to_state_dict_taker
-from ddpcheck.model.wrappers import adds_prefix, prefix_adapter, strips_prefix
+from ddpcheck.model.wrappers import adds_prefix, loads_own_wrapped_checkpoint, prefix_adapter, strips_prefix
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
 from ddpcheck.triggers import USES_DISTRIBUTED
@@ -67,9 +67,12 @@ class WrapBeforeLoad(Rule):
             if not held:
                 continue
             w = held[0]
+            loaded = site.arg("state_dict", 0)
             if w.overrides("load_state_dict") or _saves_wrapper_state(model, w, key, site.ctx.function) or \
-                    prefix_adapter(model, w):
-                continue   # the wrapper only matches a checkpoint's `module.` keys and is unwrapped
+                    prefix_adapter(model, w) or \
+                    (loaded is not None and loads_own_wrapped_checkpoint(model, loaded, w.kind)):
+                continue   # the wrapper only matches a checkpoint's `module.` keys and is unwrapped,
+                # or the checkpoint is one this module wrote from a wrapper of the same kind
             silent = getattr(site.arg("strict", 1), "value", None) == "False"
             consequence = (
                 "with strict=False nothing matches and the weights are silently NOT loaded"
