@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from ddpcheck.findings import ErrorKind, FileError, FileResult, Finding, SourceError
 from ddpcheck.lint.pathmatch import matches_any, relative_posix
+from ddpcheck.model.scan import scan_text   # a text scan: no libcst
 from ddpcheck.parse.source import read_source
 from ddpcheck.parse.syntax import check_syntax
 from ddpcheck.settings import LintSettings
@@ -92,8 +93,6 @@ class Projects:
         """For a script that fails the prefilter: whether a local module it
         imports (however deep) passes it, and the modules looked at (the
         script's result depends on them)."""
-        from ddpcheck.model.scan import scan_text
-
         project = self.for_settings(settings)
         modules = project.imported_modules(path, scan_text(text))
         return any(self._passes(module, settings.enabled) for module in modules), modules
