@@ -35,6 +35,7 @@ from ddpcheck.preflight.options import (
     launch_environment,
     model_spec,
 )
+from ddpcheck.preflight.results import RankResult, RankStatus
 
 EXAMPLES = """\b
 Examples:
@@ -623,12 +624,13 @@ def _run_local(spec: RunSpec, world: int, fork_safe: bool, box=None, deadline=No
     if outcome.launcher_error:
         fail(f"torch's elastic launcher failed before the workers ran: {outcome.launcher_error}")
     how = f"workers started by torch's elastic_launch ({method}) in {outcome.elapsed:.1f} s"
+    if any(r.status == RankStatus.NOT_STARTED for r in outcome.ranks):
+        how = "no worker started (--timeout ended during the start-up)"
     return outcome.ranks, how, outcome.elapsed, outcome.log_dir
 
 
 def _run_in_launcher(spec: RunSpec, launched, deadline=None):
     """This process is one rank of the user's torchrun/srun job."""
-    from ddpcheck.preflight.results import RankResult, RankStatus
     from ddpcheck.preflight.worker import run_in_this_process
 
     launched.export()

@@ -138,6 +138,15 @@ def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
     spec = dataclasses.replace(spec, results_dir=results_dir, deadline=deadline,
                                launched_by="ddpcheck")
     outcome = LaunchOutcome(start_method=start_method)
+    if start >= deadline:
+        # --timeout ended during the start-up (sandbox, torch, the user's modules): a
+        # worker started now would run past it, so none is started
+        outcome.stop_reason = StopReason.DEADLINE
+        outcome.ranks = [RankResult(rank, RankStatus.NOT_STARTED, stage="not started")
+                         for rank in range(nproc)]
+        if own_workdir:
+            shutil.rmtree(workdir, ignore_errors=True)
+        return outcome
 
     config = LaunchConfig(
         min_nodes=1,

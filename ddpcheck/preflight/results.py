@@ -30,6 +30,7 @@ class RankStatus(str, enum.Enum):
     HUNG = "hung"  # no progress until the deadline; killed
     STOPPED = "stopped"  # killed because another rank failed first
     WAITING = "waiting"  # killed while it waited for a peer that never came (not hung)
+    NOT_STARTED = "not_started"  # --timeout ended before the launcher would start it
 
 
 class FailureKind(str, enum.Enum):

@@ -55,6 +55,9 @@ def _meeting(stage: str) -> str:
 def failure_checks(results: list[RankResult], timeout: float,
                    log_dir: Optional[str] = None) -> list[Check]:
     logs = f"; every rank's full log: {log_dir}" if log_dir else ""
+    unstarted = [r.rank for r in results if r.status == RankStatus.NOT_STARTED]
+    if unstarted:
+        return [not_started_check(unstarted, timeout)]
     failed = [r for r in results if r.status == RankStatus.FAILED and r.failure is not None
               and r.failure.kind != FailureKind.PEER_LOST]
     lost = [r for r in results if r.status == RankStatus.FAILED and r.failure is not None
@@ -89,6 +92,17 @@ def failure_checks(results: list[RankResult], timeout: float,
             f"{ranks_text([r.rank for r in stopped])} were stopped before they finished",
             "rerun; if it repeats, run with --gpus 1" + logs))
     return out
+
+
+def not_started_check(ranks: list[int], timeout: float) -> Check:
+    """--timeout ended before the workers were started: nothing of the run was checked."""
+    return Check(
+        CheckId.RUN_DEADLINE, FAIL,
+        f"--timeout {timeout:g} s ended before {ranks_text(ranks)} were started: the start-up "
+        f"(the sandbox, importing torch and the training code) took all of it, so nothing "
+        f"was run", "raise --timeout: the start-up alone needs more than that",
+        headline=f"the workers were not started within --timeout {timeout:g} s",
+        ranks=tuple(ranks))
 
 
 def _raised_checks(failed: list, waiting: list, results: list, logs: str) -> list[Check]:

@@ -394,3 +394,26 @@ def test_batch_larger_than_the_share_fails_the_run(preflight_inproc):
     assert run.code == 1
     assert run.check("batch: per-GPU batch vs share")["status"] == "FAIL"
     assert run.check("collectives")["status"] == "PASS"  # the rest still ran
+
+
+def test_no_worker_is_started_once_the_deadline_has_passed():
+    """--timeout ended during the start-up: the launcher starts nothing, so nothing can run
+    on past it (whatever the watchdog's polling would have caught)."""
+    import multiprocessing
+    import time
+
+    from ddpcheck.preflight import launch
+    from ddpcheck.preflight.options import RunSpec
+    from ddpcheck.preflight.results import RankStatus
+    from ddpcheck.preflight.watchdog import StopReason
+
+    def must_not_run(spec):
+        raise AssertionError("a worker started after the deadline")
+
+    spec = RunSpec(backend="gloo", device="cpu", timeout=0.5, bandwidth_bytes=1 << 20,
+                   bandwidth_iters=1)
+    before = set(multiprocessing.active_children())
+    outcome = launch.run_local(2, spec, entrypoint=must_not_run, deadline=time.time() - 0.1)
+    assert outcome.stop_reason == StopReason.DEADLINE
+    assert [r.status for r in outcome.ranks] == [RankStatus.NOT_STARTED] * 2
+    assert set(multiprocessing.active_children()) <= before

@@ -230,3 +230,15 @@ def test_every_preflight_option_is_either_shared_or_factory_only():
     assert factory_only_set(PreflightOptions(gpus=2, timeout=5.0)) == []
     assert factory_only_set(PreflightOptions(amp="bf16", static_graph=True)) == \
         ["--amp", "--static-graph"]
+
+
+def test_judge_ranks_never_started_before_the_deadline_are_one_deadline_failure():
+    from ddpcheck.preflight.results import RankStatus
+    from ddpcheck.preflight.watchdog import StopReason
+
+    ranks = [_launched(0, RankStatus.NOT_STARTED), _launched(1, RankStatus.NOT_STARTED)]
+    out = judge.judge([None, None], ranks, 2, "", 0.5, StopReason.DEADLINE)
+    alarms = [v for v in out.checks if v.status != "PASS"]
+    assert [(v.id, v.ranks) for v in alarms] == [(CheckId.RUN_DEADLINE, (0, 1))]
+    assert "--timeout 0.5 s ended before ranks 0, 1 were started" in alarms[0].detail
+    assert out.exit_code == 1

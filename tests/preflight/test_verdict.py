@@ -287,3 +287,10 @@ def test_model_too_big_for_the_cpu_host_is_not_measured_and_says_why():
     assert [c.status for c in checks] == [WARN]
     assert "40.0 GiB per rank" in checks[0].detail and "24.0 GiB of RAM" in checks[0].detail
     assert format_bytes(512) == "512 B"
+
+
+def test_ranks_never_started_are_one_deadline_failure_not_a_hang():
+    results = [RankResult(r, RankStatus.NOT_STARTED, stage="not started") for r in range(2)]
+    checks = failure_checks(results, 0.5)
+    assert [(c.id, c.status) for c in checks] == [(CheckId.RUN_DEADLINE, FAIL)]
+    assert "nothing was run" in checks[0].detail and "raise --timeout" in checks[0].fix

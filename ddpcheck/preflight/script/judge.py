@@ -23,6 +23,7 @@ from ddpcheck.preflight.results import RankResult, RankStatus
 from ddpcheck.preflight.script.facts import Ending, LoaderFact
 from ddpcheck.preflight.script.standin import failure_is_stand_in
 from ddpcheck.preflight.shardplan import plan_shards
+from ddpcheck.preflight.verdict import not_started_check
 from ddpcheck.preflight.watchdog import StopReason
 
 _BN1_RE = re.compile(r"Expected more than 1 value per channel when training")
@@ -296,6 +297,10 @@ def _replica_crash(main, replica, cause: str, at: str) -> Check:
 
 def _launcher_failures(facts: list, launched: list, timeout: float,
                        stop_reason: StopReason) -> list:
+    unstarted = [end.rank for end in launched
+                 if end is not None and end.status == RankStatus.NOT_STARTED]
+    if unstarted:
+        return [not_started_check(unstarted, timeout)]
     out = []
     waiting = [end for end in launched if end is not None and facts[end.rank] is None
                and end.status == RankStatus.WAITING]
