@@ -255,10 +255,14 @@ class Watchdog(threading.Thread):
         for rank, pid in doomed.items():
             if pid and self._signal(pid, signal.SIGKILL):
                 self.killed[rank] = pid
-        if len(self.killed) + len(finals) + len(self.gone) < self.nproc:
-            # a rank that never wrote its pid: kill every worker child
+        if reason == StopReason.DEADLINE or \
+                len(self.killed) + len(finals) + len(self.gone) < self.nproc:
+            # a rank that never wrote its pid, or (at the deadline, whatever the records
+            # and /proc say) any worker still alive: kill every unfinished worker child
+            final_pids = {records[r].pid for r in finals}
             for child in multiprocessing.active_children():
-                self._signal(child.pid, signal.SIGKILL)
+                if child.pid not in final_pids:
+                    self._signal(child.pid, signal.SIGKILL)
 
     @staticmethod
     def _signal(pid: Optional[int], sig: int) -> bool:
