@@ -61,7 +61,7 @@ import libcst as cst
 
 from ddpcheck.model.dataflow import Entry
 from ddpcheck.model.library import (
-    BUILTINS, CLASS_METHOD, ELEMENTS_OF_FIRST, ITERABLE_KEYWORDS, ITERATION_WRAPPERS, MANAGED_LOADERS,
+    BUILTINS, CLASS_METHOD, ELEMENTS_OF_FIRST, ENTER_RETURNS_SELF, ITERABLE_KEYWORDS, ITERATION_WRAPPERS, MANAGED_LOADERS,
     NOT_ITERATING, PROPERTY, RETURNS_COPY_OF_FIRST_ARGUMENT, RETURNS_FIRST_ARGUMENT, RETURNS_RECEIVER, STATIC,
 )
 from ddpcheck.model.memo import query
@@ -937,7 +937,9 @@ def _entry(model: ScriptModel, value: Value, key: object) -> Value:
     for atom in value.atoms:
         if isinstance(atom, Mapping):
             out.append(mapping_entry(model, atom, key))
-        elif isinstance(atom, (Param, Member, Item)):
+        elif isinstance(atom, (Param, Member, Item, Made)):
+            # looked up again once the object is known; of a library object: its
+            # entry, by where it came from (`torch.load(path)["model"]`), as `element`
             out.append(just(Item(atom, key)))
         elif isinstance(atom, Dispatch):
             out.append(_entry(model, settled(just(atom)), key))
@@ -1132,9 +1134,14 @@ def _element_of_atom(model: ScriptModel, atom) -> Value:
 
 
 def _entered(model: ScriptModel, value: Value) -> Value:
-    """What `with x as y` binds: `__enter__` of an object of the tree (most return self)."""
+    """What `with x as y` binds: `__enter__` of an object of the tree (most return
+    self), or the object itself for a library object whose `__enter__` returns it
+    (a file `open(...)` made)."""
     out = []
     for atom in value.atoms:
+        if type(atom) is Made and called_qual(atom.model, atom.site) in ENTER_RETURNS_SELF:
+            out.append(just(atom))
+            continue
         cls = instance_class(model, atom)
         enter = _lookup(mro(*cls), "__enter__", atom) if cls is not None else EMPTY
         bound = [a for a in enter.atoms if isinstance(a, Bound)]

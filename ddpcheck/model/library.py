@@ -47,6 +47,12 @@ ITERABLE_KEYWORDS = frozenset({"iterable", "loader", "data_loader", "dataloader"
 ELEMENTS_OF_FIRST = frozenset({"iter", "tqdm", "trange", "reversed", "sorted", "list", "tuple", "islice",
                                "cycle", "set", "frozenset", "log_every", "track", "progress_bar"})
 
+# Library calls whose object's `__enter__` returns the object itself: `with
+# open(path, "rb") as f:` binds `f` to the file `open` made (so `torch.load(f)`
+# reads `path`).
+ENTER_RETURNS_SELF = frozenset({"open", "io.open", "gzip.open", "bz2.open", "lzma.open", "fsspec.open",
+                                "tempfile.NamedTemporaryFile", "tempfile.TemporaryFile"})
+
 # Decorators that make a method something other than a function of its instance.
 STATIC = frozenset({"staticmethod"})
 CLASS_METHOD = frozenset({"classmethod"})
@@ -56,4 +62,4 @@ BUILTINS = frozenset(dir(builtins))
 
 
 __all__ = ["RETURNS_RECEIVER", "RETURNS_FIRST_ARGUMENT", "RETURNS_COPY_OF_FIRST_ARGUMENT", "ITERATION_WRAPPERS", "NOT_ITERATING", "MANAGED_LOADERS", "ITERABLE_KEYWORDS",
-           "ELEMENTS_OF_FIRST", "STATIC", "CLASS_METHOD", "PROPERTY", "BUILTINS"]
+           "ELEMENTS_OF_FIRST", "ENTER_RETURNS_SELF", "STATIC", "CLASS_METHOD", "PROPERTY", "BUILTINS"]

@@ -10,7 +10,11 @@ import re
 
 import libcst as cst
 
-from ddpcheck.model.flow import Made, bindings_seen, called_qual, resolve_call, value_at
+from ddpcheck.model.flow import (
+    Imported, Made, bindings_seen, called_qual, module_name_value, resolve_call, sole_binding, value_at, value_of,
+)
+from ddpcheck.model.library import ENTER_RETURNS_SELF
+from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.reads import STRING_LITERALS, literal_text, reads
 from ddpcheck.model.script import FunctionInfo, ScriptModel
@@ -73,6 +77,142 @@ def path_parts(model: ScriptModel, target: cst.BaseExpression) -> tuple[str, ...
     return tuple(found)
 
 
+# Calls whose result is the path they are given, spelled another way.
+_SAME_PATH = frozenset({"str", "fspath", "Path", "PurePath", "PosixPath"})
+_JOINS = frozenset({"os.path.join", "posixpath.join", "join", "Path", "PurePath", "PosixPath"})
+_FIELD = re.compile(r"\{(\d*)\}")
+
+
+@query(on_cycle=None)
+def path_spelling(model: ScriptModel, expr: cst.BaseExpression) -> str | None:
+    """How a path is spelled once the names it reads are replaced by what
+    they certainly hold: `os.path.join(out, "best.pth")`, `f"{out}/best.pth"`,
+    `"{}/best.pth".format(out)`, `Path(out) / "best.pth"` and a variable bound
+    to one of them are all `{out}/best.pth`; a name with no one value here (a
+    parameter, an option `args.out`) stays a name (`{args.out}`); a file
+    opened with `open(p)` is `p`'s spelling. None when some part can hold
+    several things or is not a path expression."""
+    text = _spell(model, expr)
+    if text is None:
+        return None
+    text = re.sub(r"/+", "/", text)
+    return text[2:] if text.startswith("./") else text
+
+
+def _spell(model: ScriptModel, expr: cst.BaseExpression) -> str | None:
+    if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
+        return literal_text(expr) if isinstance(expr, cst.SimpleString) else (
+            expr.evaluated_value if isinstance(expr.evaluated_value, str) else None)
+    if isinstance(expr, cst.FormattedString):
+        out = []
+        for part in expr.parts:
+            if isinstance(part, cst.FormattedStringText):
+                out.append(part.value)
+                continue
+            if part.format_spec or part.conversion:
+                return None
+            inner = path_spelling(model, part.expression)
+            if inner is None:
+                return None
+            out.append(inner)
+        return "".join(out)
+    if isinstance(expr, cst.BinaryOperation):
+        left, right = path_spelling(model, expr.left), path_spelling(model, expr.right)
+        if left is None or right is None:
+            return None
+        if isinstance(expr.operator, cst.Add):
+            return left + right
+        if isinstance(expr.operator, cst.Divide):
+            return f"{left}/{right}"
+        return None
+    if isinstance(expr, cst.Call):
+        return _spell_call(model, expr)
+    if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
+        return _spell_name(model, expr)
+    return None
+
+
+def _spell_call(model: ScriptModel, expr: cst.Call) -> str | None:
+    args = [a for a in expr.args if a.keyword is None]
+    if any(a.star for a in expr.args):
+        return None
+    site = model.site_of.get(id(expr))
+    qual = (called_qual(model, site) if site is not None else None) or dotted_name(expr.func) or ""
+    if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "format":
+        template = path_spelling(model, expr.func.value)
+        if template is None or any(a.keyword is not None for a in expr.args):
+            return None
+        spelled = [path_spelling(model, a.value) for a in args]
+        if any(s is None for s in spelled):
+            return None
+        fields = iter(range(len(spelled)))
+        try:
+            return _FIELD.sub(lambda m: spelled[int(m.group(1)) if m.group(1) else next(fields)], template)
+        except (IndexError, StopIteration):
+            return None
+    if isinstance(expr.func, cst.Attribute) and expr.func.attr.value == "joinpath":
+        parts = [path_spelling(model, expr.func.value)] + [path_spelling(model, a.value) for a in args]
+        return None if any(p is None for p in parts) else "/".join(parts)
+    if qual in _JOINS or qual.rpartition(".")[2] in ("join", "Path", "PurePath") and "path" in qual.lower():
+        parts = [path_spelling(model, a.value) for a in args]
+        return None if not parts or any(p is None for p in parts) else "/".join(parts)
+    if qual.rpartition(".")[2] in _SAME_PATH and len(args) == 1:
+        return path_spelling(model, args[0].value)
+    return None
+
+
+def _spell_name(model: ScriptModel, expr: cst.BaseExpression) -> str | None:
+    value = value_of(model, expr)
+    if isinstance(value.constant, str):
+        return value.constant
+    imported = _imported_constant(value)
+    if imported is not None:
+        return imported
+    if len(value.atoms) == 1:
+        (atom,) = value.atoms
+        if type(atom) is Made and called_qual(atom.model, atom.site) in ENTER_RETURNS_SELF:
+            opened = atom.site.arg("file", 0)
+            return path_spelling(atom.model, opened) if opened is not None else None
+    binding = sole_binding(model, expr)
+    if binding is not None:
+        if binding.kind == "param":
+            return "{" + (dotted_name(expr) or "") + "}"
+        source = getattr(binding, "value", None)
+        if binding.kind != "assign" or source is None or binding.augmented is not None or binding.path:
+            return None
+        return path_spelling(model, source)
+    if len(model.reach.get(id(expr), ())) > 1:
+        return None   # bound differently on different paths
+    if isinstance(expr, cst.Subscript):
+        return "{" + model.module.code_for_node(expr).strip() + "}" if _plain_subscript(expr) else None
+    name = dotted_name(expr)
+    return None if name is None else "{" + name + "}"
+
+
+def _imported_constant(value) -> str | None:
+    """A string constant of a module of the tree that this one imports
+    (`from config import CKPT_NAME`), as that module binds it once it has run."""
+    if len(value.atoms) != 1:
+        return None
+    (atom,) = value.atoms
+    if type(atom) is not Imported or len(atom.names) != 1:
+        return None
+    project = atom.model.project
+    path = project.find_module(atom.model.path, atom.module, atom.level) if project is not None else None
+    target = project.model_for(path) if path is not None else None
+    if target is None:
+        return None
+    found = module_name_value(target, atom.names[0]).constant
+    return found if isinstance(found, str) else None
+
+
+def _plain_subscript(expr: cst.Subscript) -> bool:
+    """`cfg["out_dir"]`: a dotted name read at a literal key."""
+    return (dotted_name(expr.value) is not None and len(expr.slice) == 1
+            and isinstance(expr.slice[0].slice, cst.Index)
+            and isinstance(expr.slice[0].slice.value, cst.SimpleString))
+
+
 def _returns_from_arguments(model: ScriptModel, node: cst.Call) -> bool:
     """`node` runs one function of the tree whose returned values read its
     parameters (not only `self`): what it is given is part of what it returns."""
@@ -107,4 +247,4 @@ def in_memory(model: ScriptModel, target: cst.BaseExpression | None) -> bool:
                                for a in value.atoms)
 
 
-__all__ = ["per_rank_path", "path_parts", "in_memory", "PER_RANK", "PATH_BUILDERS", "IN_MEMORY"]
+__all__ = ["per_rank_path", "path_parts", "path_spelling", "in_memory", "PER_RANK", "PATH_BUILDERS", "IN_MEMORY"]

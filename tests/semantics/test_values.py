@@ -8,7 +8,7 @@ that made them (`DataLoader`, `DDP`)."""
 
 from __future__ import annotations
 
-from ddpcheck.model.flow import Made, Param, call_targets, resolve_call, value_at, value_of
+from ddpcheck.model.flow import Item, Made, Param, call_targets, resolve_call, value_at, value_of
 from tests.semantics.helpers import build, marked
 
 
@@ -366,3 +366,19 @@ def test_the_objects_a_value_holds_come_in_the_order_of_their_calls():
     expr, _ = marked(model)
     made = value_at(model, expr).made
     assert [model.module.code_for_node(a.site.node) for a in made] == [f"DataLoader(ds{i})" for i in range(6)]
+
+
+def test_a_file_opened_in_a_with_statement_is_the_file_open_made():
+    assert made("with open(path, 'rb') as f:\n    use(f)\n") == {"open"}
+    # the `__enter__` of another library object is not known: it may return anything
+    assert made("with tempdir(path) as d:\n    use(d)\n") == {"?"}
+
+
+def test_an_entry_or_element_of_a_library_object_is_an_item_of_that_object():
+    model = build("ckpt = torch.load(path)\nuse(ckpt['model'])\nuse(ckpt[0])\n")
+    for nth in (0, 1):
+        expr, _ = marked(model, nth=nth)
+        value = value_of(model, expr)
+        (atom,) = value.atoms
+        assert type(atom) is Item and atom.receiver.site.func == "torch.load"
+        assert not value.known   # what the file held under that key is not known
