@@ -9,13 +9,17 @@ class (set-up runs first), unless the class unwraps it somewhere."""
 
 from __future__ import annotations
 
+import re
+
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    Member, Value, arguments_for, bindings_seen, constant_of, epoch_passes, loops_in, resolve_call, value_of,
+    Item, Made, Member, Value, arguments_for, bindings_seen, called_qual, constant_of, epoch_passes, loops_in,
+    resolve_call, value_of,
 )
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
+from ddpcheck.model.paths import path_spelling
 from ddpcheck.model.reads import reads
 from ddpcheck.model.saves import TORCH_SAVE, saved_state_dicts
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
@@ -477,15 +481,24 @@ def _filled_renamed(model: ScriptModel, key: str, scope, renames=renames_key) ->
     return any(loop.is_for and fills(loop.node.body) for loop in loops_in(model, scope))
 
 
+@query(on_cycle=False)
 def renames_prefix_on_load(model: ScriptModel) -> bool:
     """A loading function of the module (one that calls `torch.load` or
     `load_state_dict`) renames state-dict keys to drop `module.`: a
     `k.replace("module.", "")` / `removeprefix` / `re.sub(r"^module\\.", ...)`,
     torch's `consume_prefix_in_state_dict_if_present`, or a dict comprehension
-    whose key drops the prefix (`{k[7:]: v for k, v in sd.items()}`)."""
+    whose key drops the prefix (`{k[7:]: v for k, v in sd.items()}`); or a
+    `load_state_dict` of the module is handed a state dict whose keys lost
+    the prefix, wherever the renaming is written (a local function of the
+    loading method: `self.net.load_state_dict(convert(torch.load(p)))`)."""
     def loads(fn) -> bool:
         return any(c.attr in ("load", "load_state_dict") for c in model.calls_in(fn))
 
+    for c in model.calls:
+        if c.attr == "load_state_dict":
+            loaded = c.arg("state_dict", 0)
+            if loaded is not None and strips_prefix(model, loaded, c.ctx.function):
+                return True
     for c in model.calls:
         strips = c.attr in _STRIP_FUNCTIONS or (
             c.attr in (*_STRIP_METHODS, "sub") and bool(c.node.args)
@@ -499,40 +512,72 @@ def renames_prefix_on_load(model: ScriptModel) -> bool:
     return False
 
 
-def loads_own_wrapped_checkpoint(model: ScriptModel, loaded: cst.BaseExpression, kind: str,
-                                 _following: frozenset = frozenset()) -> bool:
-    """`loaded` is read by `torch.load(P)` (or is an item of what it reads:
-    `torch.load(P)[0]`, `ckpt["model"]`) from a path this module writes with
-    `torch.save`, the same path expression, saving the `state_dict()` of a
-    `kind` wrapper: the project loads back into the wrapper a checkpoint it
-    wrote from one, keys and all."""
-    if isinstance(loaded, cst.Subscript):
-        return loads_own_wrapped_checkpoint(model, loaded.value, kind, _following)
-    if isinstance(loaded, cst.Call):
-        site = model.site_of.get(id(loaded))
-        if site is None or site.qual not in ("torch.load", "torch.serialization.load"):
-            return False
-        path = site.arg("f", 0)
-        return path is not None and _writes_wrapped(model, model.module.code_for_node(path), kind)
-    if not isinstance(loaded, (cst.Name, cst.Attribute)) or id(loaded) in _following:
+_TORCH_LOAD = frozenset({"torch.load", "torch.serialization.load"})
+# The wrappers whose `state_dict()` keys are the wrapped model's under `module.`.
+_PREFIXING = frozenset({"DistributedDataParallel", "DataParallel"})
+
+
+def loads_own_wrapped_checkpoint(model: ScriptModel, loaded: cst.BaseExpression) -> bool:
+    """`loaded` certainly holds what `torch.load(P)` read (or an item of it:
+    `torch.load(P)[0]`, `ckpt["model"]`), on every path, and the project writes
+    P with `torch.save` from the `state_dict()` of a DDP / DataParallel wrapper:
+    P spelled the same way once names are replaced by what they hold
+    (`path = os.path.join(d, "model.pth")` and `open(os.path.join(d,
+    "model.pth"), "rb")`, see `paths.path_spelling`), in this module or a local
+    module it imports (a trainer module that saves, an entry script that
+    loads). The keys carry the wrapper's `module.` prefix, so a load into
+    either wrapper matches them. A load the engine cannot tie to such a save
+    (an unknown source, a path from elsewhere, several possible values) is not one."""
+    value = value_of(model, loaded)
+    if not value.atoms:
         return False
-    assigns = [a for a in bindings_seen(model, loaded) if a.kind == "assign" and a.value is not None
-               and a.augmented is None]
-    return bool(assigns) and all(loads_own_wrapped_checkpoint(model, a.value, kind, _following | {id(loaded)})
-                                 for a in assigns)
+    for atom in value.atoms:
+        while isinstance(atom, Item):
+            atom = atom.receiver
+        if not isinstance(atom, Made) or called_qual(atom.model, atom.site) not in _TORCH_LOAD:
+            return False
+        path = atom.site.arg("f", 0)
+        spelling = path_spelling(atom.model, path) if path is not None else None
+        if spelling is None or not _names_a_file(spelling) or not _project_writes_wrapped(atom.model, spelling):
+            return False
+    return True
+
+
+def _names_a_file(spelling: str) -> bool:
+    """The spelling has a literal part, a file name of its own (`{out}/best.pth`),
+    not only names that any two functions may share (`{path}`)."""
+    return bool(re.sub(r"\{[^{}]*\}", "", spelling).strip("/"))
 
 
 @query(on_cycle=False)
-def _writes_wrapped(model: ScriptModel, path_text: str, kind: str) -> bool:
-    """A `torch.save` of this module writes, to the path spelled `path_text`,
-    the `state_dict()` of a `kind` wrapper."""
+def _project_writes_wrapped(model: ScriptModel, spelling: str) -> bool:
+    """This module, or a local module it imports (however deep), writes the
+    `state_dict()` of a DDP / DataParallel wrapper with `torch.save` to the
+    path spelled `spelling`."""
+    if _writes_wrapped(model, spelling):
+        return True
+    project = model.project
+    if project is None:
+        return False
+    for path in project.imported_modules(model.path, model.scan()):
+        helper = project.model_for(path)
+        if helper is not None and helper is not model and _writes_wrapped(helper, spelling):
+            project.depends_on(model.path, path)
+            return True
+    return False
+
+
+@query(on_cycle=False)
+def _writes_wrapped(model: ScriptModel, spelling: str) -> bool:
+    """A `torch.save` of this module writes, to the path spelled `spelling`,
+    the `state_dict()` of a DDP / DataParallel wrapper."""
     for sink in model.calls:
         path = sink.arg("f", 1) if sink.qual in TORCH_SAVE else None
-        if path is None or model.module.code_for_node(path) != path_text:
+        if path is None or path_spelling(model, path) != spelling:
             continue
         for sd in saved_state_dicts(model, sink, lambda _m, _n: False):
             found = wrapper_in(model, sd.receiver, sd.ctx) if sd.receiver is not None else None
-            if found is not None and found[0].kind == kind:
+            if found is not None and found[0].kind in _PREFIXING and not found[0].overrides("state_dict"):
                 return True
     return False
 

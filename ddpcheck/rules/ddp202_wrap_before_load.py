@@ -70,9 +70,9 @@ class WrapBeforeLoad(Rule):
             loaded = site.arg("state_dict", 0)
             if w.overrides("load_state_dict") or _saves_wrapper_state(model, w, key, site.ctx.function) or \
                     prefix_adapter(model, w) or \
-                    (loaded is not None and loads_own_wrapped_checkpoint(model, loaded, w.kind)):
+                    (loaded is not None and loads_own_wrapped_checkpoint(model, loaded)):
                 continue   # the wrapper only matches a checkpoint's `module.` keys and is unwrapped,
-                # or the checkpoint is one this module wrote from a wrapper of the same kind
+                # or the checkpoint is one the project wrote from a wrapper (keys with `module.`)
             silent = getattr(site.arg("strict", 1), "value", None) == "False"
             consequence = (
                 "with strict=False nothing matches and the weights are silently NOT loaded"

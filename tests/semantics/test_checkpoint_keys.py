@@ -86,12 +86,66 @@ def sample(log, other):
 
 @pytest.mark.parametrize("saved_kind,path,expected", [
     ("DataParallel", 'os.path.join(log, "checkpoint.pth")', True),
+    ("DataParallel", 'f"{log}/checkpoint.pth"', True),              # the same path, spelled another way
+    ("DataParallel", '"{}/checkpoint.pth".format(log)', True),
     ("DataParallel", 'os.path.join(log, "best.pth")', False),      # another file
     ("DataParallel", "other", False),                               # a path from elsewhere
-    ("DDP", 'os.path.join(log, "checkpoint.pth")', False),          # written from another kind of wrapper
+    ("DataParallel", 'os.path.join(other, "checkpoint.pth")', False),   # another folder
+    ("DDP", 'os.path.join(log, "checkpoint.pth")', True),           # DDP's keys carry the same `module.`
     ("make", 'os.path.join(log, "checkpoint.pth")', False),         # written from the bare network
 ])
 def test_a_load_of_the_modules_own_wrapped_checkpoint(saved_kind, path, expected):
     model = build(ROUND_TRIP.format(saved_kind=saved_kind, path=path))
     expr, _site = marked(model)
-    assert loads_own_wrapped_checkpoint(model, expr, "DataParallel") is expected
+    assert loads_own_wrapped_checkpoint(model, expr) is expected
+
+
+OPENED = """
+import os
+import torch
+from torch.nn import DataParallel
+
+def train(model_dir):
+    net = DataParallel(make())
+    path = os.path.join(model_dir, "model.pth")
+    torch.save(net.state_dict(), path)
+
+def serve(model_dir):
+    net = DataParallel(make())
+    with open({opened}, "rb") as f:
+        use(torch.load(f))
+"""
+
+
+@pytest.mark.parametrize("opened,expected", [
+    ('os.path.join(model_dir, "model.pth")', True),    # a file opened at the path the variable holds
+    ('os.path.join(model_dir, "other.pth")', False),
+])
+def test_a_file_opened_at_the_saved_path(opened, expected):
+    model = build(OPENED.format(opened=opened))
+    expr, _site = marked(model)
+    assert loads_own_wrapped_checkpoint(model, expr) is expected
+
+
+def test_a_load_bound_to_two_sources_is_not_tied():
+    code = ROUND_TRIP.format(saved_kind="DataParallel", path='os.path.join(log, "checkpoint.pth")').replace(
+        "    use(ckpt[0])", "    if other:\n        ckpt = torch.load(other)\n    use(ckpt[0])")
+    model = build(code)
+    expr, _site = marked(model)
+    assert not loads_own_wrapped_checkpoint(model, expr)
+
+
+def test_a_save_in_a_module_the_script_imports(tmp_path):
+    write(tmp_path / "trainer.py", (
+        "import os\nimport torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "CKPT = 'last.pt'\n"
+        "def fit(cfg):\n    net = DDP(make())\n    torch.save(net.state_dict(), os.path.join(cfg.out_dir, CKPT))\n"))
+    train = write(tmp_path / "run.py", (
+        "import os\nimport torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "from trainer import fit, CKPT\n"
+        "def main(cfg):\n    fit(cfg)\n    net = DDP(make())\n    last = os.path.join(cfg.out_dir, CKPT)\n"
+        "    use(torch.load(last))\n    use(torch.load(os.path.join(cfg.out_dir, 'first.pt')))\n"))
+    model = build_file(train, root=tmp_path)
+    tied, other = (marked(model, nth=i)[0] for i in (0, 1))
+    assert loads_own_wrapped_checkpoint(model, tied)
+    assert not loads_own_wrapped_checkpoint(model, other)
