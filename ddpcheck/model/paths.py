@@ -11,7 +11,7 @@ import re
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    Imported, Made, bindings_seen, called_qual, module_name_value, resolve_call, sole_binding, value_at, value_of,
+    Const, Imported, Item, Made, Member, Param, bindings_seen, called_qual, module_name_value, resolve_call, sole_binding, value_at, value_of,
 )
 from ddpcheck.model.library import ENTER_RETURNS_SELF
 from ddpcheck.model.memo import query
@@ -163,39 +163,54 @@ def _spell_call(model: ScriptModel, expr: cst.Call) -> str | None:
 
 def _spell_name(model: ScriptModel, expr: cst.BaseExpression) -> str | None:
     value = value_of(model, expr)
-    if isinstance(value.constant, str):
-        return value.constant
-    imported = _imported_constant(value)
-    if imported is not None:
-        return imported
-    if len(value.atoms) == 1:
+    if len(value.atoms) > 1:
+        return None   # bound differently on different paths
+    if value.atoms:
         (atom,) = value.atoms
-        if type(atom) is Made and called_qual(atom.model, atom.site) in ENTER_RETURNS_SELF:
+        spelled = _imported_constant(atom) if type(atom) is Imported else _spell_atom(atom)
+        if spelled is not None:
+            return spelled
+    # a name bound to what the engine does not model as a value (an f-string)
+    binding = sole_binding(model, expr)
+    source = getattr(binding, "value", None)
+    if binding is None or binding.kind != "assign" or source is None or binding.augmented is not None \
+            or binding.path:
+        return None
+    return path_spelling(model, source)
+
+
+def _spell_atom(atom) -> str | None:
+    """A string constant; a parameter, and what is read from it, by name
+    (`{cfg.run_dir}`, whichever function reads it); an object by where it
+    was made (`args.out` of the one `parse_args()` object is the same
+    wherever it is read); a path built or opened by a call, as spelled there."""
+    kind = type(atom)
+    if kind is Const:
+        return atom.value if isinstance(atom.value, str) else None
+    if kind is Param:
+        return "{" + atom.name + "}"
+    if kind is Member or kind is Item and isinstance(atom.key, str):
+        inner = _spell_atom(atom.receiver)
+        if inner is None or not (inner.startswith("{") and inner.endswith("}")):
+            return None
+        step = f".{atom.name}" if kind is Member else f"[{atom.key!r}]"
+        return inner[:-1] + step + "}"
+    if kind is Made:
+        qual = called_qual(atom.model, atom.site) or ""
+        if qual in ENTER_RETURNS_SELF:
             opened = atom.site.arg("file", 0)
             return path_spelling(atom.model, opened) if opened is not None else None
-    binding = sole_binding(model, expr)
-    if binding is not None:
-        if binding.kind == "param":
-            return "{" + (dotted_name(expr) or "") + "}"
-        source = getattr(binding, "value", None)
-        if binding.kind != "assign" or source is None or binding.augmented is not None or binding.path:
-            return None
-        return path_spelling(model, source)
-    if len(model.reach.get(id(expr), ())) > 1:
-        return None   # bound differently on different paths
-    if isinstance(expr, cst.Subscript):
-        return "{" + model.module.code_for_node(expr).strip() + "}" if _plain_subscript(expr) else None
-    name = dotted_name(expr)
-    return None if name is None else "{" + name + "}"
+        spelled = _spell_call(atom.model, atom.site.node)
+        if spelled is not None:
+            return spelled
+        return "{" + f"{qual or atom.site.func or 'call'}@{atom.model.path}:{atom.site.ctx.order}" + "}"
+    return None
 
 
-def _imported_constant(value) -> str | None:
+def _imported_constant(atom) -> str | None:
     """A string constant of a module of the tree that this one imports
     (`from config import CKPT_NAME`), as that module binds it once it has run."""
-    if len(value.atoms) != 1:
-        return None
-    (atom,) = value.atoms
-    if type(atom) is not Imported or len(atom.names) != 1:
+    if len(atom.names) != 1:
         return None
     project = atom.model.project
     path = project.find_module(atom.model.path, atom.module, atom.level) if project is not None else None

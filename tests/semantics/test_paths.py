@@ -44,3 +44,37 @@ def test_path_spelling(expr, spelling):
     model = build(PREAMBLE.format(expr=expr))
     read, _site = marked(model)
     assert path_spelling(model, read) == spelling
+
+
+def test_what_is_read_from_a_parameter_is_spelled_by_the_parameter():
+    code = """
+        import os
+        class Engine:
+            def __init__(self, cfg):
+                self.cfg = cfg
+            def save(self):
+                use(os.path.join(self.cfg.run_dir, "last.pt"))
+        def evaluate(cfg, opts):
+            use(os.path.join(cfg.run_dir, "last.pt"))
+            use(os.path.join(opts["run_dir"], "last.pt"))
+        """
+    model = build(code)
+    spelled = [path_spelling(model, marked(model, nth=i)[0]) for i in range(3)]
+    assert spelled == ["{cfg.run_dir}/last.pt", "{cfg.run_dir}/last.pt", "{opts['run_dir']}/last.pt"]
+
+
+def test_an_option_of_one_parsed_object_is_the_same_wherever_it_is_read():
+    code = """
+        import argparse, os
+        args = argparse.ArgumentParser().parse_args()
+        other = argparse.ArgumentParser().parse_args()
+        def save():
+            use(os.path.join(args.out, "w.pt"))
+        def load():
+            use(os.path.join(args.out, "w.pt"))
+            use(os.path.join(other.out, "w.pt"))
+        """
+    model = build(code)
+    first, second, third = (path_spelling(model, marked(model, nth=i)[0]) for i in range(3))
+    assert first == second is not None
+    assert third != first   # another object's option
