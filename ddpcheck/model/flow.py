@@ -477,6 +477,8 @@ def _value(model: ScriptModel, expr: cst.BaseExpression) -> Value:
         return just(Seq(model, expr, _items(model, expr.elements)))
     if kind is cst.Dict:
         return just(_dict_literal(model, expr))
+    if kind is cst.DictComp:   # a dict made here, its keys not known one by one
+        return just(Mapping(model, expr, (), True))
     if kind is cst.NamedExpr:
         return _value(model, expr.value)
     if kind is cst.Await:

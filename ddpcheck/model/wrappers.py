@@ -14,7 +14,7 @@ import re
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    Item, Made, Member, Value, arguments_for, bindings_seen, called_qual, constant_of, epoch_passes, loops_in,
+    Item, Made, Mapping, Member, Value, arguments_for, bindings_seen, called_qual, constant_of, epoch_passes, loops_in,
     resolve_call, value_of,
 )
 from ddpcheck.model.names import dotted_name
@@ -326,18 +326,19 @@ def _len_of_prefix(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool:
             and _is_prefix(model, expr.args[0].value, scope))
 
 
-def renames_key(model: ScriptModel, key: cst.BaseExpression, scope, _following: frozenset = frozenset()) -> bool:
+@query(on_cycle=False)
+def renames_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
     """A key expression that drops DDP's `module.` prefix: `k[7:]`,
     `k[len("module."):]`, `k.replace("module.", "")`, `k.removeprefix("module.")`,
     `k.split("module.")[-1]`, `re.sub(r"^module\\.", "", k)`, or a conditional
     one of these (`k[7:] if k.startswith("module.") else k`)."""
     if isinstance(key, cst.IfExp):
-        return renames_key(model, key.body, scope, _following) or renames_key(model, key.orelse, scope, _following)
+        return renames_key(model, key.body, scope) or renames_key(model, key.orelse, scope)
     if isinstance(key, cst.Subscript) and len(key.slice) == 1:
         sl = key.slice[0].slice
         if isinstance(sl, cst.Slice) and sl.lower is not None and _len_of_prefix(model, sl.lower, scope):
             return True
-        return renames_key(model, key.value, scope, _following)   # `k.split("module.")[-1]`
+        return renames_key(model, key.value, scope)   # `k.split("module.")[-1]`
     if isinstance(key, cst.Call):
         func = key.func
         if isinstance(func, cst.Attribute) and func.attr.value in _STRIP_METHODS and key.args:
@@ -348,23 +349,21 @@ def renames_key(model: ScriptModel, key: cst.BaseExpression, scope, _following: 
         if name.rpartition(".")[2] in _STRIP_FUNCTIONS:
             return True
     if isinstance(key, cst.Name):
-        # `name = k[7:]` ... `{name: v}`: the key was renamed on its own line (a read already
-        # being followed, `name = name` in a loop, adds nothing)
-        if id(key) in _following:
-            return False
-        following = _following | {id(key)}
-        return any(a.kind == "assign" and a.value is not None and renames_key(model, a.value, a.ctx.function, following)
+        # `name = k[7:]` ... `{name: v}`: the key was renamed on its own line (`name = name`
+        # in a loop meets this question again: the memo's fixed point answers it)
+        return any(a.kind == "assign" and a.value is not None and renames_key(model, a.value, a.ctx.function)
                    for a in bindings_seen(model, key))
     return False
 
 
-def prefixes_key(model: ScriptModel, key: cst.BaseExpression, scope, _following: frozenset = frozenset()) -> bool:
+@query(on_cycle=False)
+def prefixes_key(model: ScriptModel, key: cst.BaseExpression, scope) -> bool:
     """A key expression that gives the key DDP's `module.` prefix (the inverse
     of `renames_key`): `"module." + k`, `f"module.{k}"`, `"module.{}".format(k)`,
     `"module.%s" % k`, or a conditional one of these
     (`k if k.startswith("module.") else "module." + k`)."""
     if isinstance(key, cst.IfExp):
-        return prefixes_key(model, key.body, scope, _following) or prefixes_key(model, key.orelse, scope, _following)
+        return prefixes_key(model, key.body, scope) or prefixes_key(model, key.orelse, scope)
     if isinstance(key, cst.BinaryOperation):
         if isinstance(key.operator, cst.Add):
             return _is_prefix(model, key.left, scope)
@@ -378,10 +377,7 @@ def prefixes_key(model: ScriptModel, key: cst.BaseExpression, scope, _following:
         text = constant_of(model, key.func.value, scope)
         return isinstance(text, str) and text.startswith(PREFIX)
     if isinstance(key, cst.Name):
-        if id(key) in _following:
-            return False   # `name = name` in a loop: this read is already being followed
-        following = _following | {id(key)}
-        return any(a.kind == "assign" and a.value is not None and prefixes_key(model, a.value, a.ctx.function, following)
+        return any(a.kind == "assign" and a.value is not None and prefixes_key(model, a.value, a.ctx.function)
                    for a in bindings_seen(model, key))
     return False
 
@@ -400,33 +396,89 @@ def adds_prefix(model: ScriptModel, expr: cst.BaseExpression, scope) -> bool:
     return _renamed_state(model, expr, scope, prefixes_key, strip=False)
 
 
-def _renamed_state(model: ScriptModel, expr: cst.BaseExpression, scope, renames, strip: bool,
-                   following: frozenset = frozenset()) -> bool:
-    if isinstance(expr, cst.DictComp):
-        return renames(model, expr.key, scope)
-    if isinstance(expr, cst.Call):
-        name = (dotted_name(expr.func) or "").rpartition(".")[2]
+def _renamed_state(model: ScriptModel, expr: cst.BaseExpression, scope, renames, strip: bool) -> bool:
+    """Every object `expr` can hold (the value engine's answer: through
+    names, helpers of the project in any module, their returns) is a dict
+    whose keys were renamed by `renames`; or, stripping, the name was handed
+    to torch's `consume_prefix_in_state_dict_if_present` first."""
+    key = dotted_name(expr)
+    if strip and key is not None and key in _handed_to_strip(model, scope):
+        return True
+    value = value_of(model, expr)
+    return bool(value.atoms) and all(_renamed_object(atom, renames, strip) for atom in value.atoms)
+
+
+def _renamed_object(atom, renames, strip: bool) -> bool:
+    """A dict made with renamed keys: a comprehension (`{k[7:]: v ...}`),
+    `dict(...)` / `OrderedDict(...)` of a generator of renamed pairs, a dict
+    filled key by key under renamed keys in a loop (`new = {}` ... `new[k[7:]] = v`),
+    or (stripping) what a library prefix-stripping function returns."""
+    if isinstance(atom, Mapping):
+        node, model = atom.node, atom.model
+        if isinstance(node, cst.DictComp):
+            return renames(model, node.key, _scope_of(model, node))
+        if isinstance(node, cst.Call):
+            return _renamed_pairs(model, node, renames) or _filled_at(model, node, renames)
+        if isinstance(node, cst.Dict) and not atom.entries and not atom.open:
+            return _filled_at(model, node, renames)
+        return False
+    if isinstance(atom, Made):
+        name = (called_qual(atom.model, atom.site) or atom.site.func or "").rpartition(".")[2]
         if strip and name in _STRIP_FUNCTIONS:
             return True
-        site = model.site_of.get(id(expr))
-        target = resolve_call(model, site) if site is not None else None
-        if target is not None:   # a helper of the project: what it returns
-            return _returns_renamed(target[0], target[1], renames, strip)
-        if name in ("OrderedDict", "dict") and expr.args and isinstance(expr.args[0].value, (cst.GeneratorExp, cst.ListComp)):
-            elt = expr.args[0].value.elt
-            return isinstance(elt, cst.Tuple) and bool(elt.elements) and renames(model, elt.elements[0].value, scope)
+        if name in ("OrderedDict", "dict"):
+            return _renamed_pairs(atom.model, atom.site.node, renames) or _filled_at(atom.model, atom.site.node, renames)
+    return False
+
+
+def _renamed_pairs(model: ScriptModel, node: cst.Call, renames) -> bool:
+    """`dict((k[7:], v) for k, v in sd.items())`, `OrderedDict([...])`."""
+    if not node.args or not isinstance(node.args[0].value, (cst.GeneratorExp, cst.ListComp)):
         return False
-    key = dotted_name(expr)
-    if key is None or id(expr) in following:
-        return False   # `sd = sd` in a loop: this read is already being followed
-    if strip and key in _handed_to_strip(model, scope):
-        return True
-    if _filled_renamed(model, key, scope, renames):
-        return True
-    assigns = [a for a in bindings_seen(model, expr) if a.kind == "assign" and a.value is not None
-               and a.augmented is None]
-    return bool(assigns) and all(_renamed_state(model, a.value, a.ctx.function, renames, strip, following | {id(expr)})
-                                 for a in assigns)
+    elt = node.args[0].value.elt
+    return isinstance(elt, cst.Tuple) and bool(elt.elements) and \
+        renames(model, elt.elements[0].value, _scope_of(model, node))
+
+
+def _filled_at(model: ScriptModel, made: cst.CSTNode, renames) -> bool:
+    """The empty dict made at `made` is bound to a name (`new = {}`,
+    `new = OrderedDict()`) that a loop of the same function fills under
+    renamed keys."""
+    for b in model.bindings:
+        if b.kind == "assign" and b.value is made and b.path == () and b.key and "." not in b.key:
+            return _filled_renamed(model, b.key, b.ctx.function, renames)
+    return False
+
+
+def _scope_of(model: ScriptModel, node: cst.CSTNode):
+    """The function `node` (a call, a dict comprehension) is written in (None: module level)."""
+    site = model.site_of.get(id(node))
+    if site is not None:
+        return site.ctx.function
+    return next((fn for comp, fn in _dict_comps(model) if comp is node), None)
+
+
+@query(on_cycle=())
+def _dict_comps(model: ScriptModel) -> tuple:
+    """Each dict comprehension of the module, with the function it is written in (None: module level)."""
+    found: list = []
+    by_node = {id(f.node): f for f in model.functions}
+
+    class Comps(cst.CSTVisitor):
+        def __init__(self) -> None:
+            self.stack: list = [None]
+
+        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
+            self.stack.append(by_node.get(id(node)))
+
+        def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
+            self.stack.pop()
+
+        def visit_DictComp(self, node: cst.DictComp) -> None:
+            found.append((node, self.stack[-1]))
+
+    model.module.visit(Comps())
+    return tuple(found)
 
 
 @query(on_cycle=frozenset())
@@ -435,15 +487,6 @@ def _handed_to_strip(model: ScriptModel, scope) -> frozenset[str]:
     (`consume_prefix_in_state_dict_if_present(state_dict, "module.")`)."""
     return frozenset(dotted_name(c.node.args[0].value) for c in model.calls_in(scope)
                      if c.attr in _STRIP_FUNCTIONS and c.node.args and dotted_name(c.node.args[0].value))
-
-
-@query(on_cycle=False)
-def _returns_renamed(model: ScriptModel, fn: FunctionInfo, renames, strip: bool) -> bool:
-    """A helper of the project (any module) whose every `return` is a state
-    dict with renamed keys (`def translate(sd): new = {}; for k, v in sd.items():
-    new[k[7:]] = v; return new`); a recursion is the memo's fixed point."""
-    return bool(fn.returns) and all(_renamed_state(model, ret, ctx.function, renames, strip)
-                                    for ret, ctx in fn.returns)
 
 
 def _tests_prefix(model: ScriptModel, test: cst.BaseExpression, scope) -> bool:
@@ -484,31 +527,30 @@ def _filled_renamed(model: ScriptModel, key: str, scope, renames=renames_key) ->
 @query(on_cycle=False)
 def renames_prefix_on_load(model: ScriptModel) -> bool:
     """A loading function of the module (one that calls `torch.load` or
-    `load_state_dict`) renames state-dict keys to drop `module.`: a
-    `k.replace("module.", "")` / `removeprefix` / `re.sub(r"^module\\.", ...)`,
-    torch's `consume_prefix_in_state_dict_if_present`, or a dict comprehension
-    whose key drops the prefix (`{k[7:]: v for k, v in sd.items()}`); or a
-    `load_state_dict` of the module is handed a state dict whose keys lost
-    the prefix, wherever the renaming is written (a local function of the
-    loading method: `self.net.load_state_dict(convert(torch.load(p)))`)."""
-    def loads(fn) -> bool:
-        return any(c.attr in ("load", "load_state_dict") for c in model.calls_in(fn))
-
-    for c in model.calls:
-        if c.attr == "load_state_dict":
-            loaded = c.arg("state_dict", 0)
-            if loaded is not None and strips_prefix(model, loaded, c.ctx.function):
-                return True
+    `load_state_dict`, with the local functions defined in it: `def
+    convert(sd): ...` inside `load_model`) renames state-dict keys to drop
+    `module.`: a `k.replace("module.", "")` / `removeprefix` /
+    `re.sub(r"^module\\.", ...)`, torch's `consume_prefix_in_state_dict_if_present`,
+    or a dict comprehension whose key drops the prefix (`{k[7:]: v for k, v in
+    sd.items()}`, also one that filters which keys it keeps)."""
     for c in model.calls:
         strips = c.attr in _STRIP_FUNCTIONS or (
             c.attr in (*_STRIP_METHODS, "sub") and bool(c.node.args)
             and _is_prefix(model, c.node.args[0].value, c.ctx.function))
-        if strips and loads(c.ctx.function):
+        if strips and _in_loading_function(model, c.ctx.function):
             return True
-    for a in model.assigns:
-        if isinstance(a.value, cst.DictComp) and renames_key(model, a.value.key, a.ctx.function) \
-                and loads(a.ctx.function):
+    for comp, fn in _dict_comps(model):
+        if renames_key(model, comp.key, fn) and _in_loading_function(model, fn):
             return True
+    return False
+
+
+def _in_loading_function(model: ScriptModel, fn: FunctionInfo | None) -> bool:
+    """`fn`, or a function it is defined in, calls `torch.load` or `load_state_dict`."""
+    while fn is not None:
+        if any(c.attr in ("load", "load_state_dict") for c in model.calls_in(fn)):
+            return True
+        fn = fn.ctx.function
     return False
 
 

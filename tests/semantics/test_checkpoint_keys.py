@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpcheck.model.wrappers import loads_own_wrapped_checkpoint, strips_prefix
+from ddpcheck.model.wrappers import loads_own_wrapped_checkpoint, renames_prefix_on_load, strips_prefix
 from tests.conftest import write
 from tests.semantics.helpers import build, build_file, marked
 
@@ -149,3 +149,29 @@ def test_a_save_in_a_module_the_script_imports(tmp_path):
     tied, other = (marked(model, nth=i)[0] for i in (0, 1))
     assert loads_own_wrapped_checkpoint(model, tied)
     assert not loads_own_wrapped_checkpoint(model, other)
+
+
+LOADER = """
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+class Interpolator:
+    def __init__(self):
+        self.net = DDP(make())
+
+    def load_model(self, folder):
+        def convert(weights):
+            return {{{key}: v for k, v in weights.items() if "module." in k and "grid" not in k}}
+        self.net.load_state_dict(convert(torch.load(folder + "/net.pkl")))
+"""
+
+
+@pytest.mark.parametrize("key,expected", [
+    ('k.replace("module.", "")', True),
+    ("k[7:]", True),
+    ('k.replace("encoder.", "")', False),   # another prefix
+    ("k", False),                           # the keys kept as they are
+])
+def test_a_local_function_of_the_loading_method_that_drops_the_prefix(key, expected):
+    model = build(LOADER.format(key=key))
+    assert renames_prefix_on_load(model) is expected
