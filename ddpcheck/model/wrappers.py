@@ -460,24 +460,20 @@ def _scope_of(model: ScriptModel, node: cst.CSTNode):
 
 @query(on_cycle=())
 def _dict_comps(model: ScriptModel) -> tuple:
-    """Each dict comprehension of the module, with the function it is written in (None: module level)."""
+    """Each dict comprehension of the module, with the function it is written
+    in (None: module level). An explicit stack: the depth is the user's code's."""
+    if "for" not in model.text:
+        return ()
     found: list = []
     by_node = {id(f.node): f for f in model.functions}
-
-    class Comps(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.stack: list = [None]
-
-        def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
-            self.stack.append(by_node.get(id(node)))
-
-        def leave_FunctionDef(self, original_node: cst.FunctionDef) -> None:
-            self.stack.pop()
-
-        def visit_DictComp(self, node: cst.DictComp) -> None:
-            found.append((node, self.stack[-1]))
-
-    model.module.visit(Comps())
+    stack: list = [(model.module, None)]
+    while stack:
+        node, fn = stack.pop()
+        if isinstance(node, cst.FunctionDef):
+            fn = by_node.get(id(node), fn)
+        elif isinstance(node, cst.DictComp):
+            found.append((node, fn))
+        stack.extend((c, fn) for c in reversed(node.children) if isinstance(c, cst.CSTNode))
     return tuple(found)
 
 
