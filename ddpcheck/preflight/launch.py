@@ -120,48 +120,31 @@ def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
     None); ``deadline``: ``time.time()`` at which the ranks are stopped (default:
     now + ``spec.timeout``).
     """
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+    from torch.distributed.launcher.api import elastic_launch
 
     from ddpcheck.preflight.worker import run_rank
 
+    start = time.time()
+    deadline = deadline if deadline is not None else start + spec.timeout
+    if start >= deadline:
+        # --timeout ended during the start-up (sandbox, torch, the user's modules): a
+        # worker started now would run past it, so none is started
+        return LaunchOutcome(
+            ranks=[RankResult(rank, RankStatus.NOT_STARTED, stage="not started")
+                   for rank in range(nproc)],
+            start_method=start_method, stop_reason=StopReason.DEADLINE)
     own_workdir = workdir is None
     if own_workdir:
         workdir = tempfile.mkdtemp(prefix="ddpcheck-preflight-")
     results_dir = os.path.join(workdir, "results")
     log_dir = os.path.join(workdir, "logs")
     os.makedirs(results_dir, exist_ok=True)
-    start = time.time()
-    deadline = deadline if deadline is not None else start + spec.timeout
     spec = dataclasses.replace(spec, results_dir=results_dir, deadline=deadline,
                                launched_by="ddpcheck")
     outcome = LaunchOutcome(start_method=start_method)
-    if start >= deadline:
-        # --timeout ended during the start-up (sandbox, torch, the user's modules): a
-        # worker started now would run past it, so none is started
-        outcome.stop_reason = StopReason.DEADLINE
-        outcome.ranks = [RankResult(rank, RankStatus.NOT_STARTED, stage="not started")
-                         for rank in range(nproc)]
-        if own_workdir:
-            shutil.rmtree(workdir, ignore_errors=True)
-        return outcome
-
-    config = LaunchConfig(
-        min_nodes=1,
-        max_nodes=1,
-        nproc_per_node=nproc,
-        run_id=f"ddpcheck-{uuid.uuid4().hex[:12]}",
-        rdzv_backend="c10d",
-        rdzv_endpoint="localhost:0",
-        rdzv_configs={"timeout": max(30, int(max(1.0, deadline - start)))},
-        max_restarts=0,
-        monitor_interval=0.02,
-        start_method=start_method,
-        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL),
-        shutdown_timeout=3,
-    )
+    config = _launch_config(nproc, start_method, log_dir, max(1.0, deadline - start))
     failures: dict = {}
     with _launcher_state_restored():
         watchdog = Watchdog(results_dir, log_dir, nproc, deadline, grace)
@@ -190,6 +173,27 @@ def run_local(nproc: int, spec: LaunchSpec, start_method: str = "fork",
     elif own_workdir:
         shutil.rmtree(workdir, ignore_errors=True)
     return outcome
+
+
+def _launch_config(nproc: int, start_method: str, log_dir: str, seconds_left: float):
+    """torch's elastic launcher, one node, no restarts, every worker's output in its log."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs, Std
+    from torch.distributed.launcher.api import LaunchConfig
+
+    return LaunchConfig(
+        min_nodes=1,
+        max_nodes=1,
+        nproc_per_node=nproc,
+        run_id=f"ddpcheck-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint="localhost:0",
+        rdzv_configs={"timeout": max(30, int(seconds_left))},
+        max_restarts=0,
+        monitor_interval=0.02,
+        start_method=start_method,
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir, redirects=Std.ALL),
+        shutdown_timeout=3,
+    )
 
 
 def _rank_results(nproc, results_dir, log_dir, watchdog: Watchdog, failures: dict,

@@ -321,7 +321,8 @@ def test_a_rank_that_never_ends_is_named_hung_where_it_waits(tmp_path, monkeypat
     data = json.loads(result.stdout)
     assert result.exit_code == 1 and data["exit_code"] == 1
     hang = [v for v in data["checks"] if v["id"] == "hang"]
-    assert len(hang) == 1 and hang[0]["ranks"] == [1] and hang[0]["status"] == "FAIL"
+    assert len(hang) == 1 and hang[0]["ranks"] == [1] and hang[0]["status"] == "FAIL", \
+        json.dumps(data["checks"], indent=1)
     assert "still running after the other ranks had ended" in hang[0]["detail"]
     assert "stuck at stuck.py:5" in hang[0]["detail"]
     assert data["ranks"][0]["ending"] == "finished"
