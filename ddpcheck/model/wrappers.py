@@ -14,7 +14,7 @@ import re
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    Item, Made, Mapping, Member, Value, arguments_for, bindings_seen, called_qual, constant_of, epoch_passes, loops_in,
+    Item, Made, Mapping, Member, Param, Value, argument_expr, arguments_for, bindings_seen, called_qual, constant_of, epoch_passes, loops_in,
     resolve_call, value_of,
 )
 from ddpcheck.model.names import dotted_name
@@ -592,17 +592,79 @@ def _project_writes_wrapped(model: ScriptModel, spelling: str) -> bool:
     """This module, or a local module it imports (however deep), writes the
     `state_dict()` of a DDP / DataParallel wrapper with `torch.save` to the
     path spelled `spelling`."""
-    if _writes_wrapped(model, spelling):
+    if _writes_wrapped(model, spelling) or _writes_wrapped_through_calls(model, spelling):
         return True
     project = model.project
     if project is None:
         return False
     for path in project.imported_modules(model.path, model.scan()):
         helper = project.model_for(path)
-        if helper is not None and helper is not model and _writes_wrapped(helper, spelling):
+        if helper is not None and helper is not model and \
+                (_writes_wrapped(helper, spelling) or _writes_wrapped_through_calls(helper, spelling)):
             project.depends_on(model.path, path)
             return True
     return False
+
+
+@query(on_cycle=False)
+def _writes_wrapped_through_calls(model: ScriptModel, spelling: str) -> bool:
+    """A call of this module hands a DDP / DataParallel wrapper to a function
+    of the tree (in any module) that saves that parameter's `state_dict()`
+    with `torch.save` (`save_model(net, args.out)` whose body writes
+    `net.state_dict()` to `os.path.join(out_dir, "model.pth")`), to the path
+    spelled `spelling` once the call's arguments stand for the parameters."""
+    for call in model.calls:
+        if not call.node.args:
+            continue
+        target = resolve_call(model, call)
+        if target is None:
+            continue
+        tmodel, fn = target
+        for sink in tmodel.calls_in(fn):
+            path = sink.arg("f", 1) if sink.qual in TORCH_SAVE else None
+            inner = path_spelling(tmodel, path) if path is not None else None
+            if inner is None or _spelled_with_arguments(model, call, fn, inner) != spelling:
+                continue
+            for sd in saved_state_dicts(tmodel, sink, lambda _m, _n: False):
+                held = value_of(tmodel, sd.receiver) if sd.receiver is not None else None
+                if held is None or len(held.atoms) != 1:
+                    continue
+                (param,) = held.atoms
+                if type(param) is not Param or param.fn is not fn:
+                    continue
+                bound, arg = argument_expr(call, fn, param.name)
+                found = wrapper_in(model, arg, call.ctx) if bound and arg is not None else None
+                if found is not None and found[0].kind in _PREFIXING and not found[0].overrides("state_dict"):
+                    return True
+    return False
+
+
+_TOKEN = re.compile(r"\{([^{}]*)\}")
+_HEAD = re.compile(r"[A-Za-z_]\w*")
+
+
+def _spelled_with_arguments(model: ScriptModel, call: CallSite, fn: FunctionInfo, inner: str) -> str | None:
+    """A path `fn` spells from its parameters (`{out_dir}/model.pth`), spelled
+    with what `call` passes for them (`{args.out}/model.pth`); None when a
+    parameter it reads is not passed a spellable argument."""
+    failed = False
+
+    def replace(match: re.Match) -> str:
+        nonlocal failed
+        token = match.group(1)
+        head = _HEAD.match(token)
+        if head is None or head.group(0) not in fn.params:
+            return match.group(0)   # not a parameter of `fn`: spelled the same from anywhere
+        bound, arg = argument_expr(call, fn, head.group(0))
+        spelled = path_spelling(model, arg) if bound and arg is not None else None
+        rest = token[head.end():]
+        if spelled is None or rest and not (spelled.startswith("{") and spelled.endswith("}")):
+            failed = True
+            return ""
+        return spelled[:-1] + rest + "}" if rest else spelled
+
+    text = _TOKEN.sub(replace, inner)
+    return None if failed else re.sub(r"/+", "/", text)
 
 
 @query(on_cycle=False)

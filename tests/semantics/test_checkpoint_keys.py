@@ -175,3 +175,23 @@ class Interpolator:
 def test_a_local_function_of_the_loading_method_that_drops_the_prefix(key, expected):
     model = build(LOADER.format(key=key))
     assert renames_prefix_on_load(model) is expected
+
+
+@pytest.mark.parametrize("handed,folder,expected", [
+    ("net", "cfg.out_dir", True),           # the wrapper and the folder the load reads
+    ("net.module", "cfg.out_dir", False),   # the plain model's keys
+    ("net", "cfg.tmp_dir", False),          # another folder
+])
+def test_a_save_helper_handed_the_wrapper_and_the_folder(tmp_path, handed, folder, expected):
+    write(tmp_path / "ckpt_utils.py", (
+        "import os\nimport torch\n"
+        "def save_weights(model, out_dir):\n"
+        "    torch.save(model.state_dict(), os.path.join(out_dir, 'weights.pt'))\n"))
+    run = write(tmp_path / "run.py", (
+        "import os\nimport torch\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+        "from ckpt_utils import save_weights\n"
+        f"def main(cfg):\n    net = DDP(make())\n    save_weights({handed}, {folder})\n"
+        "    use(torch.load(f'{cfg.out_dir}/weights.pt'))\n"))
+    model = build_file(run, root=tmp_path)
+    expr, _site = marked(model)
+    assert loads_own_wrapped_checkpoint(model, expr) is expected
