@@ -525,6 +525,112 @@ def _compared_in_calls(model, fn, name: str, judge) -> Condition | None:
     return Condition(must, may)
 
 
+# -- tests true on one process of the job -------------------------------------
+
+def _is_world_size(model, expr: cst.BaseExpression) -> bool:
+    """`world_size`, `args.world_size`, `dist.get_world_size()`,
+    `int(os.environ["WORLD_SIZE"])`: the number of processes, the same on
+    every rank."""
+    while isinstance(expr, cst.Call) and _last(model, expr.func) == "int" and len(expr.args) >= 1:
+        expr = expr.args[0].value
+    if isinstance(expr, cst.Call):
+        last = _last(model, expr.func)
+        return last == "get_world_size" or (
+            last in ("get", "getenv") and bool(expr.args) and string_value(expr.args[0].value) == "WORLD_SIZE")
+    if isinstance(expr, cst.Subscript):
+        return environ_key(model.imports, expr) == "WORLD_SIZE"
+    return _last(model, expr) in WORLD_SIZE_NAMES
+
+
+_ARITHMETIC = (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
+
+
+def _same_on_every_rank(model, expr: cst.BaseExpression, scope, seen: frozenset[int] = frozenset()) -> bool:
+    """`expr` has one value in every process of the job, as far as its text
+    and bindings show: integer literals and the world size combined by
+    arithmetic (`world_size - 1`, `args.world_size // 2`), or a name bound
+    only to such a value. Anything else (a loop index, a parameter, a
+    command-line option) is not known to be."""
+    if isinstance(expr, cst.Integer) or (isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus)
+                                         and isinstance(expr.expression, cst.Integer)):
+        return True
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, _ARITHMETIC):
+        return _same_on_every_rank(model, expr.left, scope, seen) and _same_on_every_rank(model, expr.right, scope, seen)
+    if _is_world_size(model, expr):
+        return True
+    if isinstance(expr, cst.Name) and id(expr) not in seen:
+        seen_bindings = bindings_seen(model, expr)
+        return bool(seen_bindings) and all(
+            b.kind == "assign" and b.written is not None and b.augmented is None
+            and _same_on_every_rank(model, b.written, b.ctx.function, seen | {id(expr)})
+            for b in seen_bindings)
+    return False
+
+
+def _one_rank_comparison(model, expr: cst.BaseExpression, scope) -> str | None:
+    """"==" for `rank == k`, "!=" for `rank != k`, with `k` the same on every
+    rank (`args.rank == args.world_size - 1`, `dist.get_rank() == 3`): the
+    test is true on one process at most; else None."""
+    if not isinstance(expr, cst.Comparison) or len(expr.comparisons) != 1:
+        return None
+    op = expr.comparisons[0].operator
+    if not isinstance(op, (cst.Equal, cst.NotEqual)):
+        return None
+    left, right = expr.left, expr.comparisons[0].comparator
+    for rank, other in ((left, right), (right, left)):
+        if is_rank_expr(model, rank, scope) and not is_rank_expr(model, other, scope) \
+                and _same_on_every_rank(model, other, scope):
+            return "==" if isinstance(op, cst.Equal) else "!="
+    return None
+
+
+def _one_rank_when(model, test: cst.BaseExpression, scope, positive: bool) -> bool:
+    """The arm `positive` of `test` runs on one process at most: a rank
+    compared equal to a value every rank shares, in a chain of `and`s taken
+    (or of `or`s not taken, for `!=`)."""
+    while isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+        test, positive = test.expression, not positive
+    if isinstance(test, cst.BooleanOperation):
+        if isinstance(test.operator, cst.And) and positive:
+            return _one_rank_when(model, test.left, scope, True) or _one_rank_when(model, test.right, scope, True)
+        if isinstance(test.operator, cst.Or) and not positive:
+            return _one_rank_when(model, test.left, scope, False) or _one_rank_when(model, test.right, scope, False)
+        return False
+    kind = _one_rank_comparison(model, test, scope)
+    if kind is None and positive:
+        return _one_rank_value(model, test, scope)
+    return kind == ("==" if positive else "!=")
+
+
+@query(on_cycle=False)
+def _one_rank_value(model, expr: cst.BaseExpression, scope) -> bool:
+    """A flag or predicate true on one process at most: a name bound only
+    to such a test (`is_last = args.rank == args.world_size - 1`), or a call
+    of a function of the tree each of whose returns is one
+    (`def is_last_rank(): return dist.get_rank() == dist.get_world_size() - 1`)."""
+    if isinstance(expr, cst.Name):
+        seen = bindings_seen(model, expr)
+        return bool(seen) and all(b.kind == "assign" and b.written is not None and b.augmented is None
+                                  and _one_rank_when(model, b.written, b.ctx.function, True)
+                                  for b in seen)
+    if isinstance(expr, cst.Call) and not expr.args:
+        site = model.site_of.get(id(expr))
+        target = resolve_call(model, site) if site is not None else None
+        if target is None or not target[1].returns:
+            return False
+        tmodel, fn = target
+        return all(_one_rank_when(tmodel, value, fn, True) for value, _ in fn.returns)
+    return False
+
+
+def one_rank_only(model, ctx) -> bool:
+    """Some test around `ctx` lets one process of the job at most through
+    (`if args.rank == args.world_size - 1:`, `if dist.get_rank() != 3:
+    return`): whatever else the tests say, `ctx` does not run on several
+    ranks. DDP301 asks it: one writer is not N writers fighting over a file."""
+    return any(_one_rank_when(model, b.test, b.function, b.positive) for b in ctx.branches)
+
+
 def _size_comparison(model, left, op_type, right, scope) -> Condition:
     """`world_size > 1` / `dist.get_world_size() == 1`."""
     value = _literal(right)
@@ -647,6 +753,17 @@ def condition_in_call(model, test: cst.BaseExpression, fn, frames: tuple) -> Con
         return _fold_chain(test, lambda part: condition_in_call(model, part, fn, frames))
     if isinstance(test, cst.Name) and _own_param(model, test, fn):
         return _argument_condition(model, fn, test.value, frames, none_test=False)
+    stored = _stored_in_function(model, test, fn)
+    if stored is not None:
+        # `self.enable = enable` ... `if self.enable:` in the same function: the value
+        # stored, judged for this call (a constructor's flag is what the call passes)
+        return condition_in_call(model, stored, fn, frames)
+    held = _attribute_of_receiver(model, test, fn, frames)
+    if held is not None:
+        return held
+    rewritten = _entry_rewritten_by_loop(model, test, fn)
+    if rewritten is not None:
+        return condition_in_call(model, rewritten, fn, frames)
     compared = _param_compared(model, test, fn) if isinstance(test, cst.Comparison) else None
     if compared is not None:
         answer = _compared_at_call(model, fn, *compared, frames)
@@ -664,6 +781,141 @@ def condition_in_call(model, test: cst.BaseExpression, fn, frames: tuple) -> Con
             cond = _argument_condition(model, fn, side.value, frames, none_test=True)
             return cond if isinstance(test.comparisons[0].operator, cst.Is) else cond.negate()
     return condition_of(model, test, fn)
+
+
+def _stored_in_function(model, read: cst.BaseExpression, fn) -> cst.BaseExpression | None:
+    """The value the one assignment reaching `read` (a name or `self.x`) on
+    every path stored, when that assignment is a plain one in `fn` itself and
+    its value reads one of `fn`'s parameters (`enabled = flag and HAS_TB`,
+    `self.enable = enable`); None otherwise (what other functions store, or a
+    value with no parameter in it, is condition_of's to judge)."""
+    if not isinstance(read, (cst.Name, cst.Attribute)) or fn is None:
+        return None
+    bound = sole_binding(model, read)
+    if bound is None or bound.kind != "assign" or bound.value is None or bound.augmented is not None \
+            or bound.path != () or bound.ctx.function is not fn:
+        return None
+    return bound.value if _reads_params(model, bound.value, fn, set()) else None
+
+
+def _entry_rewritten_by_loop(model, test: cst.BaseExpression, fn) -> cst.BaseExpression | None:
+    """`flags["writer"]` read after `for k, v in flags.items(): flags[k] = v
+    and self.enable` in `fn`: a loop over a dict's own keys that stores every
+    entry, unconditionally, leaves each entry that existed holding what it
+    stored: that value (its reads of the loop's variables stay unknown).
+    Only a loop that is a statement of `fn`'s own body ahead of the one
+    reading the entry, with nothing else in the body storing an entry of
+    that dict, is read; None otherwise."""
+    if fn is None or not isinstance(test, cst.Subscript) or _string_key(test) is None:
+        return None
+    holder = dotted_name(test.value)
+    body = getattr(fn.node.body, "body", ())
+    if holder is None or not body:
+        return None
+    found = None
+    for stmt in body:
+        if _contains(stmt, test):
+            return found
+        stored = _loop_store(stmt, holder)
+        if stored is not None:
+            found = stored
+        elif _stores_entry(stmt, holder):
+            found = None   # another store of an entry: what it leaves is not read here
+    return None
+
+
+def _loop_store(stmt: cst.CSTNode, holder: str) -> cst.BaseExpression | None:
+    """`for k, v in d.items(): d[k] = value` (or `for k in d` / `d.keys()`):
+    the value, when the store is a statement of the loop's own body."""
+    if not isinstance(stmt, cst.For) or stmt.orelse is not None:
+        return None
+    target = stmt.target
+    key = target.elements[0].value if isinstance(target, cst.Tuple) and target.elements else target
+    if not isinstance(key, cst.Name) or not _iterates_own_keys(stmt.iter, holder, target):
+        return None
+    value = None
+    for line in getattr(stmt.body, "body", ()):
+        for small in getattr(line, "body", ()) if isinstance(line, cst.SimpleStatementLine) else ():
+            if isinstance(small, cst.Assign) and len(small.targets) == 1:
+                t = small.targets[0].target
+                if isinstance(t, cst.Subscript) and dotted_name(t.value) == holder and len(t.slice) == 1 \
+                        and isinstance(t.slice[0].slice, cst.Index) and isinstance(t.slice[0].slice.value, cst.Name) \
+                        and t.slice[0].slice.value.value == key.value:
+                    value = small.value
+    return value
+
+
+def _iterates_own_keys(it: cst.BaseExpression, holder: str, target: cst.BaseExpression) -> bool:
+    """`for k in d`, `for k in d.keys()`, `for k, v in d.items()`."""
+    if isinstance(it, cst.Call) and isinstance(it.func, cst.Attribute) and not it.args \
+            and dotted_name(it.func.value) == holder:
+        if it.func.attr.value == "items":
+            return isinstance(target, cst.Tuple) and len(target.elements) == 2
+        return it.func.attr.value == "keys" and isinstance(target, cst.Name)
+    return dotted_name(it) == holder and isinstance(target, cst.Name)
+
+
+def _stores_entry(stmt: cst.CSTNode, holder: str) -> bool:
+    todo = [stmt]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (cst.Assign, cst.AugAssign, cst.AnnAssign)):
+            targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
+            if any(isinstance(t, cst.Subscript) and dotted_name(t.value) == holder for t in targets):
+                return True
+        if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
+            continue
+        todo.extend(node.children)
+    return False
+
+
+def _contains(stmt: cst.CSTNode, node: cst.CSTNode) -> bool:
+    todo = [stmt]
+    while todo:
+        current = todo.pop()
+        if current is node:
+            return True
+        todo.extend(current.children)
+    return False
+
+
+def _attribute_of_receiver(model, test: cst.BaseExpression, fn, frames: tuple) -> Condition | None:
+    """`if self.enabled:` in a method run by `logger.log(...)` (`frames[0]`):
+    where the attribute is true on the object the call runs it on, from
+    what its constructor call passed (`Logger(out, enabled=rank == 0)` with
+    `self.enabled = enabled` in `__init__`), for every object the receiver
+    may hold, each where it was made. None when the receiver is not known to
+    hold only objects of classes of the tree, or the attribute is stored
+    anywhere but by one plain assignment in `__init__`."""
+    if not frames or not isinstance(test, cst.Attribute) or not isinstance(test.value, cst.Name) \
+            or fn is None or not fn.class_name or not fn.params or test.value.value != fn.params[0]:
+        return None
+    stores = bindings_seen(model, test)
+    if len(stores) != 1:
+        return None
+    store = stores[0]
+    init = store.ctx.function
+    if store.kind != "assign" or store.value is None or store.augmented is not None or store.path != () \
+            or init is None or init.name != "__init__":
+        return None
+    caller_model, call = frames[0]
+    if call.receiver is None:
+        return None
+    value = value_at(caller_model, call.receiver, call.ctx.function)
+    if not value.known or not value.atoms:
+        return None
+    must, may = ALL, NONE
+    for atom in value.atoms:
+        if not isinstance(atom, Made):
+            return None
+        made = resolve_call(atom.model, atom.site)
+        if made is None or made[1] is not init:
+            return None   # made by another class's constructor, or by a library
+        cond = condition_in_call(model, store.value, init, ((atom.model, atom.site),))
+        where = worlds(atom.model, atom.site.ctx)
+        must &= cond.must | (ALL - where)
+        may |= cond.may & where
+    return Condition(must, may)
 
 
 def _param_field_compared(model, test: cst.Comparison, fn):
@@ -819,4 +1071,4 @@ def rank_branch_text(model, ctx) -> str:
     return "behind a rank test"
 
 
-__all__ = ["worlds", "condition_of", "is_rank_expr", "function_worlds", "rank_branch_text", "worlds_from_call", "reached_from_call", "condition_in_call", "relevant_frames", "passes_own_params", "SINGLE", "ALL"]
+__all__ = ["worlds", "condition_of", "is_rank_expr", "function_worlds", "rank_branch_text", "worlds_from_call", "reached_from_call", "condition_in_call", "relevant_frames", "passes_own_params", "one_rank_only", "SINGLE", "ALL"]

@@ -18,6 +18,7 @@ from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.reads import STRING_LITERALS, literal_text, reads
 from ddpcheck.model.script import FunctionInfo, ScriptModel
+from ddpcheck.model.vocabulary import WORLD_SIZE
 
 PER_RANK = re.compile(r"rank|process_index|gpu_id|local_gpu")
 
@@ -73,6 +74,10 @@ def path_parts(model: ScriptModel, target: cst.BaseExpression) -> tuple[str, ...
                 source = getattr(b, "source", None)
                 if source is not None and b.augmented is None:
                     stack.append(source)
+                elif getattr(b, "kind", None) == "for":
+                    start = _strided_start(b.node)
+                    if start is not None:
+                        stack.append(start)
         stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
     return tuple(found)
 
@@ -226,6 +231,33 @@ def _plain_subscript(expr: cst.Subscript) -> bool:
     return (dotted_name(expr.value) is not None and len(expr.slice) == 1
             and isinstance(expr.slice[0].slice, cst.Index)
             and isinstance(expr.slice[0].slice.value, cst.SimpleString))
+
+
+def _strided_start(loop: cst.CSTNode) -> cst.BaseExpression | None:
+    """`for i in range(first + rank, n, world_size)`: each rank takes every
+    world_size-th index from an offset of its own, so no two ranks see the
+    same `i`: the start names what the indices differ by. None for any other
+    loop (`range(rank, n)` overlaps across ranks)."""
+    if not isinstance(loop, cst.For) or not isinstance(loop.target, cst.Name) or not isinstance(loop.iter, cst.Call):
+        return None
+    call = loop.iter
+    if dotted_name(call.func) != "range" or len(call.args) != 3 or any(a.keyword or a.star for a in call.args):
+        return None
+    step = call.args[2].value
+    names = [dotted_name(n) or "" for n in _names_in(step)]
+    return call.args[0].value if any(WORLD_SIZE.search(n) for n in names) else None
+
+
+def _names_in(expr: cst.CSTNode) -> list[cst.CSTNode]:
+    found, stack = [], [expr]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (cst.Name, cst.Attribute)):
+            found.append(node)
+            if isinstance(node, cst.Attribute):
+                continue
+        stack.extend(node.children)
+    return found
 
 
 def _returns_from_arguments(model: ScriptModel, node: cst.Call) -> bool:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import re
 
-from ddpcheck.model.guards import function_worlds, worlds
+from ddpcheck.model.guards import function_worlds, one_rank_only, worlds
 from ddpcheck.model.launchers import runs_in_workers
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import Ctx, FunctionInfo, ScriptModel
-from ddpcheck.model.worlds import DN
+from ddpcheck.model.worlds import ALL, DN, NONE
 
 
 # A call that registers a function to be run later, by whatever runs the hook
@@ -44,6 +44,51 @@ def other_ranks_reach(model: ScriptModel, ctx: Ctx) -> bool:
     return _function_reached(model, ctx.function)
 
 
+def reaching_worlds(model: ScriptModel, ctx: Ctx) -> frozenset[str]:
+    """The worlds (rank 0, other ranks, one process) that run `ctx`: those
+    its own branches let through, narrowed to those in which some call of
+    its function is reached (`if args.world_size == 1: show(model)` as the
+    only call of `show`: one process). A function the file does not call
+    (an entry point, a library helper) runs in every world."""
+    return worlds(model, ctx) & _function_worlds_reached(model, ctx.function)
+
+
+@query(on_cycle=NONE)   # a call from inside the function itself adds no world
+def _function_worlds_reached(model: ScriptModel, fn: FunctionInfo | None) -> frozenset[str]:
+    if fn is None:
+        return ALL
+    refs = [ref for ref in model.refs_to(fn) if ref.ctx.function is not fn]
+    if not refs:
+        return function_worlds(model, fn)
+    found = NONE
+    for ref in refs:
+        if runs_in_workers(model, ref.node) or not _runs_there(model, ref):
+            return function_worlds(model, fn)   # handed on: runs wherever the spawn or hook runs it
+        found |= reaching_worlds(model, ref.ctx)
+    return found & function_worlds(model, fn)
+
+
+def several_ranks_reach(model: ScriptModel, ctx: Ctx) -> bool:
+    """Non-zero ranks reach `ctx`, and not one process alone: neither a
+    test around it nor every path of calls into its function lets one rank
+    only through (`if args.rank == args.world_size - 1:`)."""
+    if DN not in worlds(model, ctx) or one_rank_only(model, ctx):
+        return False
+    return _several_reach_function(model, ctx.function)
+
+
+@query(on_cycle=False)   # a caller that is only reached through `fn` itself adds no path
+def _several_reach_function(model: ScriptModel, fn: FunctionInfo | None) -> bool:
+    if fn is None:
+        return True
+    if DN not in function_worlds(model, fn):
+        return False
+    return any(DN in worlds(model, ref.ctx) and not one_rank_only(model, ref.ctx) and (
+                   runs_in_workers(model, ref.node) or (
+                   _runs_there(model, ref) and _several_reach_function(model, ref.ctx.function)))
+               for ref in model.refs_to(fn))
+
+
 def unguarded_caller(model: ScriptModel, fn: FunctionInfo | None):
     """The first unguarded reference through which other ranks reach `fn`
     (for messages: "reached on every rank through save_checkpoint(...)")."""
@@ -52,7 +97,8 @@ def unguarded_caller(model: ScriptModel, fn: FunctionInfo | None):
     for ref in model.refs_to(fn):
         if ref.ctx.function is fn or not _runs_there(model, ref):
             continue   # recursion, or a local variable of the same name; a hook registered
-        if DN in worlds(model, ref.ctx) and _function_reached(model, ref.ctx.function):
+        if DN in worlds(model, ref.ctx) and not one_rank_only(model, ref.ctx) and \
+                _several_reach_function(model, ref.ctx.function):
             return ref
     return None
 

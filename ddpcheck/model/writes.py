@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.model.flow import Lib, called_qual_from, resolve_call, resolved_atoms, value_of
-from ddpcheck.model.guards import after_wandb_init, function_worlds, relevant_frames, worlds_from_call
+from ddpcheck.model.guards import after_wandb_init, function_worlds, one_rank_only, relevant_frames, worlds_from_call
 from ddpcheck.model.memo import query
 from ddpcheck.model.paths import in_memory, per_rank_path
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
@@ -99,8 +99,8 @@ def _writes_on_every_rank(model: ScriptModel, fn: FunctionInfo,
     if DN not in function_worlds(model, fn):
         return None
     for c in model.calls_in(fn):
-        if DN not in worlds_from_call(model, c.ctx, fn, frames):
-            continue
+        if DN not in worlds_from_call(model, c.ctx, fn, frames) or one_rank_only(model, c.ctx):
+            continue   # not a non-zero rank, or one process alone (`if args.rank == args.world_size - 1:`)
         kind = write_kind(model, c, frames[0] if frames else None)
         if kind and not per_rank_target(model, c, kind):
             return c, kind

@@ -20,6 +20,7 @@ from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import resolve_call
 from ddpcheck.model.guards import reached_from_call, worlds
+from ddpcheck.model.reach import reaching_worlds
 
 
 def _loop_variable(key: str, ctx: Ctx) -> bool:
@@ -38,6 +39,17 @@ def _is_torch_wrapper(w: WrapInfo) -> bool:
     # only torch's wrappers are judged
     q = w.site.qual or ""
     return not q.startswith("apex.") and w.subclass is None
+
+
+def _same_process(model: ScriptModel, w: WrapInfo, read: Ctx, via) -> bool:
+    """Some process both makes the wrap and runs the read with it: the
+    worlds the read runs in (through the call that passes the wrapper in,
+    when it is passed) meet those that reach the wrap. `if args.distributed:
+    model = DDP(model)` and a read only under `if args.world_size == 1:`
+    (or in a helper whose only call sits there) never meet."""
+    here = worlds(model, read) & (reaching_worlds(model, via.ctx) if via is not None else
+                                  reaching_worlds(model, read))
+    return bool(here & reaching_worlds(model, w.site.ctx))
 
 
 @query(on_cycle=())
@@ -96,7 +108,7 @@ class WrapperAttribute(Rule):
                 if found is None:
                     continue
                 w, via = found
-                if not _is_torch_wrapper(w) or not worlds(model, w.site.ctx) & worlds(model, r.ctx) and via is None:
+                if not _is_torch_wrapper(w) or not _same_process(model, w, r.ctx, via):
                     continue
                 kind = "DistributedDataParallel" if w.kind == "DistributedDataParallel" else "DataParallel"
                 if via is not None:
@@ -134,8 +146,9 @@ class WrapperAttribute(Rule):
                 if not bound or expr is None or id(expr) in reported:
                     continue
                 found = wrapper_in(model, expr, call.ctx)
-                if found is None or not _is_torch_wrapper(found[0]):
-                    continue
+                if found is None or not _is_torch_wrapper(found[0]) or \
+                        not reaching_worlds(model, call.ctx) & reaching_worlds(model, found[0].site.ctx):
+                    continue   # the helper is called only where no wrap was made (`if world_size == 1:`)
                 reported.add(id(expr))
                 w = found[0]
                 attr, node, _ = attrs[0]

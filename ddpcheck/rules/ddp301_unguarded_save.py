@@ -8,7 +8,7 @@ from typing import Iterator
 from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.launchers import runs_in_launcher_only
 from ddpcheck.model.script import ScriptModel
-from ddpcheck.model.reach import other_ranks_reach, unguarded_caller
+from ddpcheck.model.reach import several_ranks_reach, unguarded_caller
 from ddpcheck.model.writes import WRITE_NEED, per_rank_target, write_kind, writes_on_every_rank
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
@@ -47,7 +47,7 @@ class UnguardedSave(Rule):
                 continue   # `wandb.init()` before `mp.spawn(...)`: the launching process, once
             kind = write_kind(model, site)
             if kind is not None:
-                if other_ranks_reach(model, site.ctx) and not per_rank_target(model, site, kind):
+                if several_ranks_reach(model, site.ctx) and not per_rank_target(model, site, kind):
                     what = site.func or "this call"
                     fn = site.ctx.function
                     via = ""
@@ -61,7 +61,7 @@ class UnguardedSave(Rule):
             if target is None or target[0] is model:
                 continue   # same-file helpers are reported at their own write
             found = writes_on_every_rank(*target, frames=((model, site),))
-            if found is not None and other_ranks_reach(model, site.ctx):
+            if found is not None and several_ranks_reach(model, site.ctx):
                 inner, kind = found
                 yield Hit(site.node, message=(
                     f"`{site.func}(...)` ({os.path.relpath(target[0].path)}) writes with `{inner.func}(...)` without a rank guard, "
