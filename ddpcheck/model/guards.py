@@ -558,6 +558,8 @@ def _same_on_every_rank(model, expr: cst.BaseExpression, scope, seen: frozenset[
         return _same_on_every_rank(model, expr.left, scope, seen) and _same_on_every_rank(model, expr.right, scope, seen)
     if _is_world_size(model, expr):
         return True
+    if _collective_result(model, expr, scope):
+        return True
     if isinstance(expr, cst.Name) and id(expr) not in seen:
         seen_bindings = bindings_seen(model, expr)
         return bool(seen_bindings) and all(
@@ -565,6 +567,61 @@ def _same_on_every_rank(model, expr: cst.BaseExpression, scope, seen: frozenset[
             and _same_on_every_rank(model, b.written, b.ctx.function, seen | {id(expr)})
             for b in seen_bindings)
     return False
+
+
+# Collectives after which every rank holds the same value in what they were handed.
+_SAME_AFTER = frozenset({"broadcast_object_list", "broadcast", "all_reduce"})
+
+
+def _collective_result(model, expr: cst.BaseExpression, scope) -> bool:
+    """`choice[0]` after `dist.broadcast_object_list(choice, src=0)`, `t.item()`
+    / `int(t)` after `dist.broadcast(t, 0)` or `dist.all_reduce(t)` in the same
+    function: every rank holds what the collective left there. Also a call
+    of a function of the tree each of whose returns is one
+    (`def share(obj): ...; dist.broadcast_object_list(box); return box[0]`)."""
+    if isinstance(expr, cst.Subscript):
+        return _handed_to_collective(model, expr.value, scope, ("broadcast_object_list",))
+    if isinstance(expr, cst.Call):
+        if isinstance(expr.func, cst.Attribute) and expr.func.attr.value in ("item", "tolist") and not expr.args:
+            return _handed_to_collective(model, expr.func.value, scope, ("broadcast", "all_reduce"))
+        if _last(model, expr.func) in ("int", "float") and len(expr.args) == 1:
+            return _handed_to_collective(model, expr.args[0].value, scope, ("broadcast", "all_reduce"))
+        site = model.site_of.get(id(expr))
+        target = resolve_call(model, site) if site is not None else None
+        if target is not None and target[1].returns:
+            tmodel, fn = target
+            return all(_collective_result(tmodel, value, fn) for value, _ in fn.returns)
+    return False
+
+
+def _handed_to_collective(model, holder: cst.BaseExpression, scope, names: tuple[str, ...]) -> bool:
+    """`holder` (a name) is the first argument of such a collective called
+    earlier in the same function, on every path (not under a test of its own)."""
+    if not isinstance(holder, cst.Name):
+        return False
+    read = _order_of(model, holder)
+    for c in model.calls:
+        if c.ctx.function is not scope or not c.node.args or (c.qual or c.func or "").rpartition(".")[2] not in names:
+            continue
+        first = c.node.args[0].value
+        if isinstance(first, cst.Name) and first.value == holder.value and read is not None \
+                and c.ctx.order < read and not _inside_own_test(c.ctx, scope):
+            return True
+    return False
+
+
+def _order_of(model, node: cst.CSTNode) -> int | None:
+    """The source order of the code reading `node` (a name or `x.attr`), when
+    the model recorded the read."""
+    key = node.attr.value if isinstance(node, cst.Attribute) else node.value if isinstance(node, cst.Name) else None
+    for r in model.references.get(key, ()) if key is not None else ():
+        if r.node is node:
+            return r.ctx.order
+    return None
+
+
+def _inside_own_test(ctx, scope) -> bool:
+    return any(b.function is scope for b in ctx.branches)
 
 
 def _one_rank_comparison(model, expr: cst.BaseExpression, scope) -> str | None:

@@ -79,6 +79,37 @@ def test_a_rank_compared_with_a_value_not_known_to_be_shared_is_not_one_process(
                         "        use(1)\n")
 
 
+def test_a_rank_compared_with_a_broadcast_value_is_one_process():
+    assert one_rank("import torch.distributed as dist\n"
+                    "def f(rank, world, draw):\n"
+                    "    box = [draw] if rank == 0 else [None]\n"
+                    "    dist.broadcast_object_list(box, src=0)\n"
+                    "    if dist.get_rank() == box[0]:\n"
+                    "        use(1)\n")
+    assert one_rank("import torch, torch.distributed as dist\n"
+                    "def f():\n"
+                    "    t = torch.tensor([dist.get_rank()])\n"
+                    "    dist.all_reduce(t)\n"
+                    "    if dist.get_rank() == int(t):\n"
+                    "        use(1)\n")
+
+
+def test_a_list_read_before_its_broadcast_or_broadcast_only_in_one_arm_is_not_shared():
+    assert not one_rank("import torch.distributed as dist\n"
+                        "def f(rank, draw):\n"
+                        "    box = [draw]\n"
+                        "    if dist.get_rank() == box[0]:\n"
+                        "        use(1)\n"
+                        "    dist.broadcast_object_list(box, src=0)\n")
+    assert not one_rank("import torch.distributed as dist\n"
+                        "def f(rank, draw, sync):\n"
+                        "    box = [draw]\n"
+                        "    if sync:\n"
+                        "        dist.broadcast_object_list(box, src=0)\n"
+                        "    if dist.get_rank() == box[0]:\n"
+                        "        use(1)\n")
+
+
 # -- a flag an object keeps from its constructor call --------------------------------
 
 _LOGGER = ("import wandb\n"
