@@ -810,17 +810,19 @@ def condition_in_call(model, test: cst.BaseExpression, fn, frames: tuple) -> Con
         return _fold_chain(test, lambda part: condition_in_call(model, part, fn, frames))
     if isinstance(test, cst.Name) and _own_param(model, test, fn):
         return _argument_condition(model, fn, test.value, frames, none_test=False)
-    stored = _stored_in_function(model, test, fn)
-    if stored is not None:
-        # `self.enable = enable` ... `if self.enable:` in the same function: the value
-        # stored, judged for this call (a constructor's flag is what the call passes)
-        return condition_in_call(model, stored, fn, frames)
+    # What a flag holds for this call, when it can be told: `self.enable = enable` ...
+    # `if self.enable:` in the same function (the value stored: a constructor's flag is
+    # what the call passes), `if self.enabled:` in a method run on an object whose
+    # constructor call passed the flag, a dict entry a loop over the dict rewrote. When
+    # that says nothing, the test is judged as condition_of judges it (by its name, say).
+    for told in (_stored_in_function(model, test, fn), _entry_rewritten_by_loop(model, test, fn)):
+        if told is not None:
+            cond = condition_in_call(model, told, fn, frames)
+            if cond != UNKNOWN:
+                return cond
     held = _attribute_of_receiver(model, test, fn, frames)
-    if held is not None:
+    if held is not None and held != UNKNOWN:
         return held
-    rewritten = _entry_rewritten_by_loop(model, test, fn)
-    if rewritten is not None:
-        return condition_in_call(model, rewritten, fn, frames)
     compared = _param_compared(model, test, fn) if isinstance(test, cst.Comparison) else None
     if compared is not None:
         answer = _compared_at_call(model, fn, *compared, frames)
