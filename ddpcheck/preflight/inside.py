@@ -67,6 +67,7 @@ def main(box_dir: str) -> int:
     os.chdir(request.cwd)
     opts = _options(dict(request.options))
     code = 1
+    answered = False  # a report or an error line is out (not an unexpected traceback)
     try:
         if request.mode == "script":
             from ddpcheck.preflight.script.command import run_script_preflight
@@ -77,13 +78,17 @@ def main(box_dir: str) -> int:
             from ddpcheck.preflight.command import run_preflight
 
             code = run_preflight(opts, box=box, deadline=request.deadline)
+        answered = True
     except UsageError as exc:
         print(error_line(exc.format_message()), file=sys.stderr)
-        code = exc.exit_code
+        code, answered = exc.exit_code, True
     except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
+        code, answered = (exc.code if isinstance(exc.code, int) else 1), True
     finally:
         sys.stdout.flush()
+        if answered:
+            # past this point a kill at the hard deadline loses nothing of the answer
+            supervisor.write_status(box.box, reported=True, exit_code=code)
         if box.level != Level.OVERLAY:
             _kill_descendants()
     return code

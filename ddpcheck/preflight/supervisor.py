@@ -81,7 +81,8 @@ def read_status(box: str) -> dict:
 
 
 def write_status(box: str, **status) -> None:
-    _write_json(os.path.join(box, STATUS), status)
+    """Add ``status`` to what the run's status file holds (only the inner process writes it)."""
+    _write_json(os.path.join(box, STATUS), {**read_status(box), **status})
 
 
 # -- killing a process tree ---------------------------------------------------------------
@@ -260,6 +261,11 @@ def run(box: Sandbox, request: Request, timeout: float,
                        f"ddpcheck: interrupted ({name}); every process of the run was "
                        f"stopped\n")
     if reason == "deadline":
+        reported = read_status(box.box)
+        if reported.get("reported"):
+            # the run ended and its report is out; only the process's exit came too late
+            # (a slow interpreter shutdown): a second report would contradict it
+            return Outcome(int(reported.get("exit_code", 1)))
         records = read_records(os.path.join(box.box, LAUNCH, "results"))
         return Outcome(1, on_deadline(records, timeout))
     code = proc.returncode

@@ -274,3 +274,45 @@ def test_visible_gpus_prefers_nvml_and_says_when_fork_is_unsafe(monkeypatch):
     assert visible_gpus() == (8, False)  # the CUDA runtime answered: workers must spawn
     monkeypatch.delattr(torch._C, "_cuda_getDeviceCount")
     assert visible_gpus() == (0, True)  # a CPU-only build
+
+
+def _supervise(monkeypatch, tmp_path, inner_code: str, seconds: float = 0.5):
+    """Run ``inner_code`` as the supervisor's inner process, with a deadline ``seconds``
+    away and a short grace after it; what reached stdout and the outcome."""
+    import time
+
+    from ddpcheck.preflight import sandbox, supervisor
+
+    run_dir = sandbox.make_run_dir(str(tmp_path))
+    box = sandbox.Sandbox(sandbox.Level.NONE, "", "test", run_dir)
+    monkeypatch.setattr(supervisor, "GRACE", 0.5)
+    monkeypatch.setattr(supervisor, "_inner_command",
+                        lambda b: [sys.executable, "-c", inner_code, b.box])
+    request = supervisor.Request(mode="factory", options={}, cwd=str(tmp_path),
+                                 deadline=time.time() + seconds, sandbox=box.to_dict())
+    printed: list[str] = []
+    outcome = supervisor.run(box, request, seconds,
+                             on_deadline=lambda records, timeout: "the deadline report\n",
+                             on_lost=lambda why: f"lost: {why}\n",
+                             echo_out=printed.append, echo_err=lambda text: None)
+    return "".join(printed), outcome
+
+
+_REPORT_THEN_SLOW_EXIT = (
+    "import sys, time\n"
+    "from ddpcheck.preflight import supervisor\n"
+    "print('the run report', flush=True)\n"
+    "supervisor.write_status(sys.argv[1], reported=True, exit_code=0)\n"
+    "time.sleep(30)\n")
+
+
+def test_a_report_out_before_the_hard_deadline_is_the_only_report(monkeypatch, tmp_path):
+    """The run answered, then its interpreter was slow to exit: killed at the hard
+    deadline, but no second report contradicts the first."""
+    out, outcome = _supervise(monkeypatch, tmp_path, _REPORT_THEN_SLOW_EXIT)
+    assert out == "the run report\n" and outcome.out == "" and outcome.code == 0
+
+
+def test_a_run_that_never_answered_gets_the_deadline_report(monkeypatch, tmp_path):
+    out, outcome = _supervise(monkeypatch, tmp_path, "import time; time.sleep(30)")
+    assert out == "" and outcome.out == "the deadline report\n" and outcome.code == 1
