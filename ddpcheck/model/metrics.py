@@ -17,6 +17,7 @@ import libcst as cst
 
 from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name
+from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.flow import (
     Made, Mapping, Seq, Value, argument_expr, call_sites_of, callees, instance_class, mro, resolve_call, result_dropped,
@@ -56,7 +57,50 @@ def callers_reduce_the_return(model: ScriptModel, fn: FunctionInfo) -> bool:
     returns or throws it away: `loss, acc = evaluate(...)` then
     `dist.all_reduce(loss)` in the caller; `evaluate()` as a statement."""
     calls = call_sites_of(model, fn)
-    return bool(calls) and all(result_dropped(c) or function_reduces(model, c.ctx.function) for c in calls)
+    return bool(calls) and all(result_dropped(c) or call_result_reduced(model, c) for c in calls)
+
+
+def call_result_reduced(model: ScriptModel, site: CallSite) -> bool:
+    """The function that makes the call reduces what it returns before
+    showing it. Followed by name when the result is bound to names
+    (`val_loss, val_acc = validate(...)`): a name the caller prints or logs
+    with no reduction of its own (`val_acc`, beside an all-reduced
+    `val_loss`) is shown unreduced. A result used any other way: any
+    reduction in the calling function counts."""
+    fn = site.ctx.function
+    if not function_reduces(model, fn):
+        return False
+    names = _result_names(model, site)
+    if names is None:
+        return True
+    return not any(_shown_unreduced(model, site, name) for name in names)
+
+
+def _result_names(model: ScriptModel, site: CallSite) -> tuple[str, ...] | None:
+    names = tuple(a.key for a in model.assigns_in(site.ctx.function)
+                  if a.value is site.node or (a.unpacked is not None and a.unpacked[0] is site.node))
+    if not names or any("[" in n for n in names):
+        return None
+    return names
+
+
+def _is_reduction_call(site: CallSite) -> bool:
+    return is_reduction(site) or bool(REDUCTION_NAME.search(site.func or ""))
+
+
+def _shown_unreduced(model: ScriptModel, site: CallSite, name: str) -> bool:
+    """`name`, bound from the call's result, is printed or logged after the
+    call, and no reduction in the calling function reads it (itself, or a
+    tensor made from it: `t = torch.tensor(val_loss)`, `dist.all_reduce(t)`)."""
+    fn = site.ctx.function
+    carriers = {name} | {a.key for a in model.assigns_in(fn) if a.value is not None
+                         and a.ctx.order > site.ctx.order and reads_name(reads(model, a.value), name)}
+    for c in model.calls_in(fn):
+        if _is_reduction_call(c) and any(reads_name(reads(model, a.value), k) for a in c.node.args for k in carriers):
+            return False
+    return any(c.ctx.order > site.ctx.order and is_report(c)
+               and any(reads_name(reads(model, a.value), name) for a in c.node.args)
+               for c in model.calls_in(fn))
 
 
 def is_report(site: CallSite) -> bool:

@@ -9,7 +9,7 @@ import libcst as cst
 
 from ddpcheck.model.evaluation import sharded_when_distributed, LoaderLoop, is_eval_loader, loader_loops
 from ddpcheck.model.metrics import (
-    ACCUMULATING_METHODS, Accumulator, accumulating_object, callers_reduce_the_return, containers_updated_by, class_reduces, function_reduces, is_report,
+    ACCUMULATING_METHODS, Accumulator, accumulating_object, call_result_reduced, callers_reduce_the_return, containers_updated_by, class_reduces, function_reduces, is_report,
 )
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.names import dotted_name
@@ -42,6 +42,26 @@ def _entry_key(expr: cst.BaseExpression) -> str | None:
     return container + "".join(f"[{k}]" for k in reversed(keys))
 
 
+_JOINS = ("cat", "concatenate", "vstack", "hstack", "stack")
+
+
+def running_update(a) -> bool:
+    """`total = total + loss.item()`, `preds = torch.cat([preds, out])`: a
+    plain assignment that adds to the value the name already holds, the same
+    running total as `total += ...`."""
+    value = a.value
+    if value is None or a.augmented is not None or "[" in a.key:
+        return False
+    if isinstance(value, cst.BinaryOperation) and isinstance(value.operator, cst.Add):
+        return a.key in (dotted_name(value.left), dotted_name(value.right))
+    if isinstance(value, cst.Call) and isinstance(value.func, (cst.Attribute, cst.Name)) and value.args:
+        name = value.func.attr.value if isinstance(value.func, cst.Attribute) else value.func.value
+        first = value.args[0].value
+        if name in _JOINS and isinstance(first, (cst.List, cst.Tuple)):
+            return any(dotted_name(e.value) == a.key for e in first.elements)
+    return False
+
+
 def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
     """What the loop adds up: `correct += ...`, `preds.append(...)`,
     `top1.update(...)` or `metric(pred, y)` on a metric object of the tree
@@ -50,7 +70,7 @@ def accumulators(m: ScriptModel, ll: LoaderLoop) -> list[Accumulator]:
     fn = ll.function
     found: dict[str, Accumulator] = {}
     for a in m.assigns_in(fn):
-        if a.augmented is not None and a.ctx.inside(loop):
+        if a.ctx.inside(loop) and (a.augmented is not None or running_update(a)):
             found.setdefault(a.key, Accumulator(a.key, a.node))
     for c in m.calls_in(fn):
         if not c.ctx.inside(loop):
@@ -182,8 +202,6 @@ class UnreducedMetric(Rule):
                 m, fn = ll.model, ll.function
                 if function_reduces(m, fn):
                     continue
-                if ll.via is not None and function_reduces(model, ll.via.ctx.function):
-                    continue   # the caller reduces what the evaluation function returns
                 accs = accumulators(m, ll)
                 if not accs:
                     continue
@@ -191,6 +209,9 @@ class UnreducedMetric(Rule):
                 if report is None:
                     continue
                 node, what, name = report
+                if ll.via is not None and (call_result_reduced(model, ll.via) if what == "the `return`"
+                                           else function_reduces(model, ll.via.ctx.function)):
+                    continue   # the caller reduces what the evaluation function returns
                 if what == "the `return`" and fn is not None and (
                         _called_through_a_value(m, fn) or callers_reduce_the_return(m, fn)):
                     continue   # unknown callers, or every caller reduces (or drops) what it returns
