@@ -1,0 +1,125 @@
+"""Checkpoint loads without a `map_location` (DDP303): which `torch.load`
+calls read weights saved from a GPU, and which such load a function of the
+tree performs whatever rank runs it, itself or through the functions it
+calls (a model class of a helper module whose `__init__` loads pretrained
+weights, made on every rank by the training script)."""
+
+from __future__ import annotations
+
+import re
+
+import libcst as cst
+
+from ddpcheck.model.flow import names_behind, resolve_call
+from ddpcheck.model.guards import function_worlds, relevant_frames, worlds_from_call
+from ddpcheck.model.memo import query
+from ddpcheck.model.reads import reads, reads_name, strings_in
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.values import exclusive
+from ddpcheck.model.worlds import DN
+
+TORCH_LOAD = ("torch.load", "torch.serialization.load")
+# A module holding such a load names it (project.Need).
+LOAD_NEED = (("load",),)
+
+WEIGHTS = re.compile(
+    r"ckpt|checkpoint|resume|pretrain|weight|snapshot|state|model|best|last|latest|teacher|student|ema"
+    r"|backbone|encoder|decoder|generator|discriminator|net\b|\.pth|\.tar|\.bin|\.safetensors", re.I)
+
+
+def unmapped_loads(model: ScriptModel) -> list[CallSite]:
+    """`torch.load(...)` calls with no `map_location` (keyword or second
+    argument); a call with `**kwargs` is not judged."""
+    return [s for s in model.calls if s.qual in TORCH_LOAD
+            and not s.has_star_args and s.arg("map_location", 1) is None]
+
+
+def mapped_loads(model: ScriptModel) -> list[CallSite]:
+    return [s for s in model.calls if s.qual in TORCH_LOAD and s.arg("map_location", 1) is not None]
+
+
+def looks_like_weights(model: ScriptModel, site: CallSite) -> bool:
+    """The load is a checkpoint or weights (what a GPU run saves from cuda:0),
+    not a data file (`features = torch.load(cached_features_file)`): it feeds
+    `load_state_dict`, or the path, the name it is stored in or the function it
+    is in says so."""
+    stmt = site.stmt
+    if any(c.attr == "load_state_dict" and c.stmt is stmt for c in model.calls_in(site.ctx.function)):
+        return True
+    first = site.arg("f", 0)
+    texts = [*names_behind(model, first), *strings_in(first)] if first is not None else []
+    keys = [a.key for a in model.assigns_in(site.ctx.function) if a.value is not None and any(v is site.node for v in _values(a.value))]
+    texts += keys
+    if site.ctx.function is not None:
+        texts.append(site.ctx.function.name)
+    if any(WEIGHTS.search(t) for t in texts):
+        return True
+    for key in keys:   # `sd = torch.load(p)` ... `model.load_state_dict(sd)`
+        for c in model.calls_in(site.ctx.function):
+            if c.attr == "load_state_dict" and any(
+                    reads_name(reads(model, a.value), key) for a in c.node.args):
+                return True
+    return False
+
+
+def _values(expr) -> list:
+    """The expression and the calls it is made of (`torch.load(p)["model"]`)."""
+    out = [expr]
+    while isinstance(expr, (cst.Subscript, cst.Attribute)) or (
+            isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)):
+        expr = expr.value if not isinstance(expr, cst.Call) else expr.func.value
+        out.append(expr)
+    return out
+
+
+def mapped_in_other_arm(model: ScriptModel, site: CallSite) -> bool:
+    """`if args.gpu is None: ckpt = torch.load(p) else: ckpt = torch.load(p, map_location=loc)`
+    (the ImageNet example): the author maps where the process owns one GPU and
+    chose not to in the other arm."""
+    first = site.arg("f", 0)
+    for m in mapped_loads(model):
+        other = m.arg("f", 0)
+        if exclusive(site.ctx, m.ctx) and other is not None and first is not None and other.deep_equals(first):
+            return True
+    return False
+
+
+def judged_load(model: ScriptModel, site: CallSite) -> bool:
+    """An unmapped load of weights that is not the author's deliberate choice
+    beside a mapped one."""
+    return looks_like_weights(model, site) and not mapped_in_other_arm(model, site)
+
+
+def unmapped_load_in(model: ScriptModel, fn: FunctionInfo,
+                     frames: tuple[tuple[ScriptModel, CallSite], ...]) -> tuple[ScriptModel, CallSite] | None:
+    """An unmapped weights load `fn` performs whatever rank runs it (no guard
+    inside, judged under the arguments of `frames`, the calls that run `fn`,
+    innermost first), itself or any number of calls down: (its module, the
+    load)."""
+    return _unmapped_load_in(model, fn, relevant_frames(frames))
+
+
+@query(on_cycle=None)
+def _unmapped_load_in(model: ScriptModel, fn: FunctionInfo,
+                      frames: tuple[tuple[ScriptModel, CallSite], ...]) -> tuple[ScriptModel, CallSite] | None:
+    if DN not in function_worlds(model, fn):
+        return None
+    loads = {id(s.node) for s in unmapped_loads(model)}
+    for c in model.calls_in(fn):
+        if DN not in worlds_from_call(model, c.ctx, fn, frames):
+            continue
+        if id(c.node) in loads:
+            if judged_load(model, c):
+                return model, c
+            continue
+        target = resolve_call(model, c, LOAD_NEED)
+        if target is None or any(call is c for _, call in frames):
+            continue
+        inner = _unmapped_load_in(target[0], target[1], relevant_frames(((model, c), *frames)))
+        if inner is not None:
+            return inner
+    return None
+
+
+__all__ = ["LOAD_NEED", "TORCH_LOAD", "judged_load", "looks_like_weights", "mapped_in_other_arm",
+           "mapped_loads", "unmapped_load_in", "unmapped_loads"]
