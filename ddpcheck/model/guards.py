@@ -18,8 +18,8 @@ import ast
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    Made, argument_expr, arguments_for, bindings_seen, entry_expressions, field_expressions, is_none_of,
-    resolve_call, sole_binding, truth_of, value_at,
+    Made, argument_expr, arguments_for, bindings_seen, entry_expressions, field_expressions, instance_class,
+    is_none_of, library_bases, mro, resolve_call, sole_binding, truth_of, value_at, value_of,
 )
 from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
@@ -175,6 +175,10 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
     last = _last(model, expr)
     if last is None:
         return UNKNOWN
+    if isinstance(expr, cst.Attribute):
+        state = object_state_condition(model, expr, scope)
+        if state is not None:
+            return state
     # A variable assigned in this file: judge what was assigned, where. A
     # namespace attribute (`config.master_process = rank == 0` in setup())
     # is judged wherever it is read.
@@ -214,6 +218,121 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
     if last in DIST_FLAGS or (key is not None and key in group_start_flags(model)):
         return Condition.exactly(DISTRIBUTED)
     return UNKNOWN
+
+
+def object_state_condition(model, expr: cst.Attribute, scope) -> Condition | None:
+    """`stopper.early_stop`, read from an object of a class of the tree that
+    `scope` made and keeps to itself (only its own methods are called on
+    it, `stopper(...)` runs its `__call__`): the attribute holds what the
+    methods that ran in this process stored. `__init__` stores on every
+    process that made the object; another method stores only where it is
+    called (`if rank == 0: stopper(val_loss)`), or where a method calling it
+    on `self` runs. None (not judged here) when the object is handed on,
+    aliased or stored from outside, or a method that stores the attribute
+    runs from a place not seen."""
+    receiver = expr.value
+    if not isinstance(receiver, cst.Name) or (scope is not None and (
+            receiver.value in scope.params or receiver.value in scope.declared_global)):
+        return None
+    value = value_of(model, receiver)
+    made = next(iter(value.atoms)) if value.known and len(value.atoms) == 1 else None
+    if not isinstance(made, Made) or made.model is not model or made.site.ctx.function is not scope:
+        return None
+    cls = instance_class(model, made)
+    if cls is None or not _kept_to_itself(model.module if scope is None else scope.node.body, receiver.value):
+        return None
+    name = receiver.value
+    if any(a.key.startswith(name + ".") for a in model.assigns_in(scope)):
+        return None   # stored from outside its methods
+    runs = {"__init__": worlds(model, made.site.ctx)}
+    for c in model.calls_in(scope):
+        func = c.node.func
+        method = "__call__" if isinstance(func, cst.Name) and func.value == name else (
+            func.attr.value if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
+            and func.value.value == name else None)
+        if method is not None:
+            runs[method] = runs.get(method, NONE) | worlds(model, c.ctx)
+    classes = mro(*cls)
+    if any(library_bases(cmodel, info) for cmodel, info in classes):
+        return None   # a library base may call its methods from anywhere
+    methods = [(cmodel, fn) for cmodel, info in classes for fn in info.all_methods]
+    grown = True
+    while grown:   # a method calling another on `self` runs it where it runs itself
+        grown = False
+        for cmodel, fn in methods:
+            if fn.name not in runs:
+                continue
+            for c in cmodel.calls_in(fn):
+                func = c.node.func
+                if isinstance(func, cst.Attribute) and dotted_name(func.value) == "self":
+                    where = runs[fn.name] & worlds(cmodel, c.ctx)
+                    if not where <= runs.get(func.attr.value, NONE):
+                        runs[func.attr.value] = runs.get(func.attr.value, NONE) | where
+                        grown = True
+    key = "self." + expr.attr.value
+    conds = []
+    initialised = False
+    for cmodel, fn in methods:
+        for a in cmodel.assigns_in(fn):
+            if a.key != key:
+                continue
+            if fn.name not in runs:
+                continue   # never called on this object (it is kept to itself, and no library base calls it)
+            written = a.written   # `self.a, self.b = x, False` gives `self.b` the `False`
+            if written is None or a.augmented is not None:
+                return None
+            value_cond = condition_of(cmodel, written, fn)   # unknown: true or false, where the store runs
+            where = worlds(cmodel, a.ctx) & runs[fn.name]
+            initialised |= fn.name == "__init__"
+            conds.append(Condition(value_cond.must & where, value_cond.may & where))
+    if not initialised:
+        return None
+    return Condition(frozenset().union(*(c.must for c in conds)), frozenset().union(*(c.may for c in conds)))
+
+
+class _Uses(cst.CSTVisitor):
+    """Counts the reads of a name and those that are a method call or an
+    attribute of it."""
+
+    def __init__(self, name: str, nested: bool):
+        self.name = name
+        self.nested = nested   # count the uses inside nested functions and classes too
+        self.total = 0
+        self.own = 0
+
+    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
+        return self.nested
+
+    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
+        return self.nested
+
+    def visit_Name(self, node: cst.Name) -> None:
+        if node.value == self.name:
+            self.total += 1
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if isinstance(node.value, cst.Name) and node.value.value == self.name:
+            self.own += 1
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if isinstance(node.func, cst.Name) and node.func.value == self.name:
+            self.own += 1
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if isinstance(node.target, cst.Name) and node.target.value == self.name:
+            self.own += 1   # the binding itself
+
+
+def _kept_to_itself(body: cst.CSTNode, name: str) -> bool:
+    """Every use of `name` in the function's body (or the module) is its
+    binding, an attribute of it or a call of it or of its methods, none of
+    them in a nested function: the object is not handed on, and every call
+    on it is in the scope's own code."""
+    uses = _Uses(name, nested=True)
+    body.visit(uses)
+    own = _Uses(name, nested=False)
+    body.visit(own)
+    return uses.total == own.own
 
 
 @query(on_cycle=frozenset())
