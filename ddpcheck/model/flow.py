@@ -772,7 +772,29 @@ def attribute_of(model: ScriptModel, atom, name: str) -> Value:
     cls = instance_class(model, atom)
     if cls is not None:
         return _instance_attribute(model, atom, cls, name)
+    if isinstance(atom, Made):
+        field = _made_record_field(atom, name)
+        if field is not None:
+            return field
     return just(Member(atom, name))
+
+
+def _made_record_field(atom: Made, name: str) -> Value | None:
+    """`env.rank` of a record made by a `namedtuple` / functional
+    `NamedTuple` class: what the constructor was given for the field (a
+    record's fields cannot be set afterwards)."""
+    fields = made_record_fields(atom.model, atom.site)
+    if fields is None or name not in fields:
+        return None
+    call = atom.site.node
+    written = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+    if written is None:
+        if any(a.star for a in call.args):
+            return None
+        positional = [a.value for a in call.args if a.keyword is None]
+        index = list(fields).index(name)
+        written = positional[index] if index < len(positional) else fields[name]
+    return value_of(atom.model, written) if written is not None else None
 
 
 def _instance_attribute(model: ScriptModel, atom, cls: tuple[ScriptModel, ClassInfo], name: str) -> Value:
@@ -1013,9 +1035,12 @@ def field_expressions(model: ScriptModel, expr: cst.Attribute) -> tuple[tuple[Sc
         if not isinstance(atom, Made):
             return None
         owner = instance_class(atom.model, atom)
-        if owner is None:
-            return None
-        fields = record_fields(*owner)
+        if owner is not None:
+            fields = record_fields(*owner)
+            where = owner[0]
+        else:
+            fields = made_record_fields(atom.model, atom.site)
+            where = atom.model
         if fields is None or name not in fields:
             return None
         call = atom.site.node
@@ -1031,7 +1056,7 @@ def field_expressions(model: ScriptModel, expr: cst.Attribute) -> tuple[tuple[Sc
                 default = fields[name]
                 if default is None:
                     return None
-                found.append((owner[0], default, None))
+                found.append((where, default, None))
                 continue
         found.append((atom.model, written, atom.site.ctx.function))
     return tuple(found)
@@ -1057,6 +1082,48 @@ def record_fields(model: ScriptModel, cls: ClassInfo) -> dict[str, cst.BaseExpre
                     continue
                 value = small.value
                 fields[small.target.value] = None if isinstance(value, cst.Call) else value
+    return fields
+
+
+RECORD_FACTORIES = ("collections.namedtuple", "typing.NamedTuple", "typing_extensions.NamedTuple")
+
+
+@query(on_cycle=None)
+def made_record_fields(model: ScriptModel, site: CallSite) -> dict[str, cst.BaseExpression | None] | None:
+    """The fields of the record a call makes when what it calls is a class
+    made by `collections.namedtuple("Env", ["rank", "leader"])` (or
+    `"rank leader"`, `"rank, leader"`, `defaults=[...]` for the last ones) or
+    `typing.NamedTuple("Env", [("rank", int), ...])`; None for anything
+    else or a field list the engine cannot read."""
+    callee = callee_value(model, site)
+    if len(callee.atoms) != 1:
+        return None
+    (factory,) = callee.atoms
+    if not isinstance(factory, Made) or called_qual(factory.model, factory.site) not in RECORD_FACTORIES:
+        return None
+    call = factory.site
+    spec = call.arg("field_names", 1) if called_qual(factory.model, call) == "collections.namedtuple" \
+        else call.arg("fields", 1)
+    names: list[str] = []
+    if isinstance(spec, cst.SimpleString) and isinstance(spec.evaluated_value, str):
+        names = spec.evaluated_value.replace(",", " ").split()
+    elif isinstance(spec, (cst.List, cst.Tuple)):
+        for element in spec.elements:
+            item = element.value
+            if isinstance(item, (cst.Tuple, cst.List)) and item.elements:
+                item = item.elements[0].value   # typing.NamedTuple: (name, type)
+            if not isinstance(item, cst.SimpleString) or not isinstance(item.evaluated_value, str):
+                return None
+            names.append(item.evaluated_value)
+    else:
+        return None
+    fields: dict[str, cst.BaseExpression | None] = {n: None for n in names}
+    defaults = call.arg("defaults", None)
+    if defaults is not None:
+        if not isinstance(defaults, (cst.List, cst.Tuple)) or len(defaults.elements) > len(names):
+            return None
+        for n, element in zip(names[len(names) - len(defaults.elements):], defaults.elements):
+            fields[n] = None if isinstance(element.value, cst.Call) else element.value
     return fields
 
 
@@ -1247,13 +1314,46 @@ def _library_call(model: ScriptModel, site: CallSite, qual: str) -> Value:
         if fn is not None and fn.cls is not None and fn.params:
             return just(Super(model, fn.cls, _value_of_param(model, fn, fn.params[0])))
     if qual == "getattr" and len(node.args) >= 2:
-        name = _literal(node.args[1].value)
-        if isinstance(name, str):
-            found = _attribute(model, _value(model, node.args[0].value), name)
+        names = attribute_names(model, node.args[1].value)
+        if names:
+            base = _value(model, node.args[0].value)
+            found = union(_attribute(model, base, name) for name in names)
             if len(node.args) > 2:
                 found = found | _value(model, node.args[2].value)
             return found
     return just(Made(model, site))
+
+
+def attribute_names(model: ScriptModel, expr: cst.BaseExpression) -> tuple[str, ...]:
+    """The attribute names a `getattr` name argument can be: a literal, a name
+    whose every value is a known string (a loop variable over a literal list:
+    `for split in ["train", "val"]`), and `split + "_loader"` /
+    `f"{split}_loader"` built from them; () when any value is unknown."""
+    name = _literal(expr)
+    if isinstance(name, str):
+        return (name,)
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        left, right = attribute_names(model, expr.left), attribute_names(model, expr.right)
+        return tuple(a + b for a in left for b in right) if left and right else ()
+    if isinstance(expr, cst.FormattedString):
+        out = [""]
+        for part in expr.parts:
+            if isinstance(part, cst.FormattedStringText):
+                out = [o + part.value for o in out]
+            elif isinstance(part, cst.FormattedStringExpression) and part.format_spec is None \
+                    and part.conversion is None:
+                inner = attribute_names(model, part.expression)
+                if not inner:
+                    return ()
+                out = [o + i for o in out for i in inner]
+            else:
+                return ()
+        return tuple(out)
+    if isinstance(expr, cst.Name):
+        value = _value(model, expr)
+        if value.known and value.atoms and all(isinstance(a, Const) and isinstance(a.value, str) for a in value.atoms):
+            return tuple(sorted(a.value for a in value.atoms))
+    return ()
 
 
 @query(on_cycle=EMPTY)
