@@ -96,8 +96,13 @@ def _shown_unreduced(model: ScriptModel, site: CallSite, name: str) -> bool:
     carriers = {name} | {a.key for a in model.assigns_in(fn) if a.value is not None
                          and a.ctx.order > site.ctx.order and reads_name(reads(model, a.value), name)}
     for c in model.calls_in(fn):
-        if _is_reduction_call(c) and any(reads_name(reads(model, a.value), k) for a in c.node.args for k in carriers):
+        if not any(reads_name(reads(model, a.value), k) for a in c.node.args for k in carriers):
+            continue
+        if _is_reduction_call(c):
             return False
+        target = resolve_call(model, c)
+        if target is not None and function_reduces(*target):
+            return False   # `acc = mean_over_gpus(acc)`, a helper of the tree that reduces
     return any(c.ctx.order > site.ctx.order and is_report(c)
                and any(reads_name(reads(model, a.value), name) for a in c.node.args)
                for c in model.calls_in(fn))
