@@ -13,6 +13,8 @@ import libcst as cst
 from ddpcheck.model.flow import names_behind, resolve_call
 from ddpcheck.model.guards import function_worlds, relevant_frames, worlds_from_call
 from ddpcheck.model.memo import query
+from ddpcheck.model.names import dotted_name
+from ddpcheck.model.paths import in_memory
 from ddpcheck.model.reads import reads, reads_name, strings_in
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.values import exclusive
@@ -85,9 +87,31 @@ def mapped_in_other_arm(model: ScriptModel, site: CallSite) -> bool:
 
 
 def judged_load(model: ScriptModel, site: CallSite) -> bool:
-    """An unmapped load of weights that is not the author's deliberate choice
-    beside a mapped one."""
+    """An unmapped load of weights from a file, not the author's deliberate
+    choice beside a mapped one. A load from a buffer in memory
+    (`torch.load(io.BytesIO(data))`) reads what this process received,
+    not a file saved from cuda:0."""
+    first = site.arg("f", 0)
+    if first is not None and (in_memory(model, first) or _tested_in_memory(model, site, first)):
+        return False
     return looks_like_weights(model, site) and not mapped_in_other_arm(model, site)
+
+
+def _tested_in_memory(model: ScriptModel, site: CallSite, first: cst.BaseExpression) -> bool:
+    """The load runs only where a test says its source is a buffer in memory:
+    `if isinstance(loaded, io.BytesIO): torch.load(loaded)`."""
+    name = dotted_name(first)
+    if name is None:
+        return False
+    for b in site.ctx.branches:
+        test = b.test
+        if b.positive and isinstance(test, cst.Call) and dotted_name(test.func) == "isinstance" \
+                and len(test.args) == 2 and dotted_name(test.args[0].value) == name:
+            kinds = test.args[1].value
+            names = [e.value for e in kinds.elements] if isinstance(kinds, cst.Tuple) else [kinds]
+            if all((dotted_name(k) or "").rpartition(".")[2] in ("BytesIO", "StringIO") for k in names):
+                return True
+    return False
 
 
 def unmapped_load_in(model: ScriptModel, fn: FunctionInfo,
