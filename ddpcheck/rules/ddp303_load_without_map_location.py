@@ -10,7 +10,7 @@ from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.reach import other_ranks_reach
-from ddpcheck.model.flow import resolve_call
+from ddpcheck.model.flow import constructs, resolve_call
 from ddpcheck.model.loads import LOAD_NEED, TORCH_LOAD, judged_load, unmapped_load_in, unmapped_loads
 from ddpcheck.model.positions import where as where_in
 from ddpcheck.model.reads import strings_in
@@ -78,12 +78,17 @@ class LoadWithoutMapLocation(Rule):
         yield from self._through_helper_modules(model)
 
     def _through_helper_modules(self, model: ScriptModel) -> Iterator[Hit]:
-        """A call every rank makes of a function or class of another module
-        of the tree that loads weights without a map_location (a model class
-        whose `__init__` loads its pretrained weights): reported at the call,
-        once per load."""
+        """An object every rank makes of a class of another module of the
+        tree whose constructor loads weights without a map_location (a model
+        class whose `__init__` loads its pretrained weights, itself or through
+        the calls it makes): reported at the construction, once per load.
+        Other calls into a helper module (`trainer.load(path)`) are left to
+        that module's own lint: whether every rank makes them often depends on
+        callers in other modules the script does not show."""
         seen: set[int] = set()
         for site in model.calls:
+            if not constructs(model, site):
+                continue
             if not other_ranks_reach(model, site.ctx) or runs_in_launcher_only(model, site.ctx):
                 continue
             target = resolve_call(model, site, LOAD_NEED)
