@@ -221,37 +221,92 @@ def _name_condition(model, expr: cst.BaseExpression, scope) -> Condition:
 
 
 def object_state_condition(model, expr: cst.Attribute, scope) -> Condition | None:
-    """`stopper.early_stop`, read from an object of a class of the tree that
-    `scope` made and keeps to itself (only its own methods are called on
-    it, `stopper(...)` runs its `__call__`): the attribute holds what the
-    methods that ran in this process stored. `__init__` stores on every
-    process that made the object; another method stores only where it is
-    called (`if rank == 0: stopper(val_loss)`), or where a method calling it
-    on `self` runs. None (not judged here) when the object is handed on,
-    aliased or stored from outside, or a method that stores the attribute
-    runs from a place not seen."""
+    """`stopper.early_stop` (or `self.stopper.early_stop`), read from an
+    object of a class of the tree that is kept to itself (only its own
+    methods are called on it, `stopper(...)` runs its `__call__`): the
+    attribute holds what the methods that ran in this process stored.
+    `__init__` stores on every process that made the object; another method
+    stores only where it is called (`if rank == 0: stopper(val_loss)`), or
+    where a method calling it on `self` runs. The object is a local of
+    `scope` (made there), or an attribute of `self` stored once, in
+    `__init__`, and used only by the methods of that class. None (not judged
+    here) when the object is handed on, aliased or stored from outside, or a
+    library base class could call its methods."""
     receiver = expr.value
-    if not isinstance(receiver, cst.Name) or (scope is not None and (
-            receiver.value in scope.params or receiver.value in scope.declared_global)):
+    if isinstance(receiver, cst.Name):
+        found = _local_object(model, receiver, scope)
+    elif isinstance(receiver, cst.Attribute) and dotted_name(receiver.value) == "self" and scope is not None:
+        found = _self_object(model, receiver.attr.value, scope)
+    else:
+        found = None
+    if found is None:
+        return None
+    made, runs = found
+    return _stored_condition(model, made, runs, "self." + expr.attr.value)
+
+
+def _local_object(model, receiver: cst.Name, scope):
+    """(the object, where each of its methods is called) for a local name."""
+    if scope is not None and (receiver.value in scope.params or receiver.value in scope.declared_global):
         return None
     value = value_of(model, receiver)
     made = next(iter(value.atoms)) if value.known and len(value.atoms) == 1 else None
     if not isinstance(made, Made) or made.model is not model or made.site.ctx.function is not scope:
         return None
-    cls = instance_class(model, made)
-    if cls is None or not _kept_to_itself(model.module if scope is None else scope.node.body, receiver.value):
-        return None
     name = receiver.value
+    if not _kept_to_itself(model.module if scope is None else scope.node.body, name):
+        return None
     if any(a.key.startswith(name + ".") for a in model.assigns_in(scope)):
         return None   # stored from outside its methods
     runs = {"__init__": worlds(model, made.site.ctx)}
     for c in model.calls_in(scope):
-        func = c.node.func
-        method = "__call__" if isinstance(func, cst.Name) and func.value == name else (
-            func.attr.value if isinstance(func, cst.Attribute) and isinstance(func.value, cst.Name)
-            and func.value.value == name else None)
+        method = _method_called(c.node.func, lambda e: isinstance(e, cst.Name) and e.value == name)
         if method is not None:
             runs[method] = runs.get(method, NONE) | worlds(model, c.ctx)
+    return made, runs
+
+
+def _self_object(model, attr: str, scope):
+    """(the object, where each of its methods is called) for `self.<attr>`
+    of the class `scope` is a method of."""
+    cls = scope.cls
+    if cls is None:
+        return None
+    stores = [a for fn in cls.all_methods for a in model.assigns_in(fn) if a.key == "self." + attr]
+    if len(stores) != 1 or stores[0].ctx.function.name != "__init__" or stores[0].value is None:
+        return None
+    (store,) = stores
+    value = value_of(model, store.value)
+    made = next(iter(value.atoms)) if value.known and len(value.atoms) == 1 else None
+    if not isinstance(made, Made) or made.model is not model or made.site.node is not store.value:
+        return None
+    if not _attribute_kept_to_class(model.module, attr) or any(
+            a.key.startswith(f"self.{attr}.") for fn in cls.all_methods for a in model.assigns_in(fn)):
+        return None
+    init = stores[0].ctx.function
+    runs = {"__init__": worlds(model, store.ctx) & function_worlds(model, init)}
+    is_it = lambda e: isinstance(e, cst.Attribute) and e.attr.value == attr and dotted_name(e.value) == "self"
+    for fn in cls.all_methods:
+        for c in model.calls_in(fn):
+            method = _method_called(c.node.func, is_it)
+            if method is not None:
+                runs[method] = runs.get(method, NONE) | (worlds(model, c.ctx) & function_worlds(model, fn))
+    return made, runs
+
+
+def _method_called(func: cst.BaseExpression, is_object) -> str | None:
+    """`obj(...)` runs `__call__`, `obj.m(...)` runs `m`."""
+    if is_object(func):
+        return "__call__"
+    if isinstance(func, cst.Attribute) and is_object(func.value):
+        return func.attr.value
+    return None
+
+
+def _stored_condition(model, made, runs: dict, key: str) -> Condition | None:
+    cls = instance_class(model, made)
+    if cls is None:
+        return None
     classes = mro(*cls)
     if any(library_bases(cmodel, info) for cmodel, info in classes):
         return None   # a library base may call its methods from anywhere
@@ -269,7 +324,6 @@ def object_state_condition(model, expr: cst.Attribute, scope) -> Condition | Non
                     if not where <= runs.get(func.attr.value, NONE):
                         runs[func.attr.value] = runs.get(func.attr.value, NONE) | where
                         grown = True
-    key = "self." + expr.attr.value
     conds = []
     initialised = False
     for cmodel, fn in methods:
@@ -288,6 +342,39 @@ def object_state_condition(model, expr: cst.Attribute, scope) -> Condition | Non
     if not initialised:
         return None
     return Condition(frozenset().union(*(c.must for c in conds)), frozenset().union(*(c.may for c in conds)))
+
+
+class _AttributeUses(cst.CSTVisitor):
+    """Counts the uses of an attribute name anywhere in a module, and those
+    that are `self.<name>` called, read from, or stored."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.total = 0
+        self.own = 0
+
+    def _is_own(self, node) -> bool:
+        return isinstance(node, cst.Attribute) and node.attr.value == self.name and dotted_name(node.value) == "self"
+
+    def visit_Attribute(self, node: cst.Attribute) -> None:
+        if node.attr.value == self.name:
+            self.total += 1
+        if self._is_own(node.value):
+            self.own += 1   # `self.stopper.early_stop`, `self.stopper.step(...)`
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._is_own(node.func):
+            self.own += 1   # `self.stopper(loss)`
+
+    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
+        if self._is_own(node.target):
+            self.own += 1   # the store in `__init__`
+
+
+def _attribute_kept_to_class(module: cst.Module, attr: str) -> bool:
+    uses = _AttributeUses(attr)
+    module.visit(uses)
+    return uses.total == uses.own
 
 
 class _Uses(cst.CSTVisitor):

@@ -142,3 +142,26 @@ def test_a_flag_stored_from_a_comparison_and_set_up_by_unpacking():
     expr, site = marked(model)
     cond = object_state_condition(model, expr, site.ctx.function)
     assert cond is not None and D0 in cond.may and DN not in cond.may
+
+
+def test_an_object_kept_on_self_is_judged_by_where_the_class_calls_it():
+    trainer = STOPPER + """
+    class Trainer:
+        def __init__(self, rank):
+            self.rank = rank
+            self.stopper = Stopper()
+        def fit(self, loss):
+            if self.rank == 0:
+                self.stopper(loss)
+            use(self.stopper.stop)
+    """
+    model = build(trainer)
+    expr, site = marked(model)
+    cond = object_state_condition(model, expr, site.ctx.function)
+    assert cond is not None and DN not in cond.may
+    handed = build(trainer + """
+    def callbacks(t):
+        return [t.stopper]
+    """)
+    expr, site = marked(handed)
+    assert object_state_condition(handed, expr, site.ctx.function) is None
