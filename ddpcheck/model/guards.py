@@ -280,7 +280,7 @@ def _self_object(model, attr: str, scope):
     made = next(iter(value.atoms)) if value.known and len(value.atoms) == 1 else None
     if not isinstance(made, Made) or made.model is not model or made.site.node is not store.value:
         return None
-    if not _attribute_kept_to_class(model.module, attr) or any(
+    if not _attribute_kept_to_class(model.module, cls.node, attr) or any(
             a.key.startswith(f"self.{attr}.") for fn in cls.all_methods for a in model.assigns_in(fn)):
         return None
     init = stores[0].ctx.function
@@ -371,10 +371,14 @@ class _AttributeUses(cst.CSTVisitor):
             self.own += 1   # the store in `__init__`
 
 
-def _attribute_kept_to_class(module: cst.Module, attr: str) -> bool:
-    uses = _AttributeUses(attr)
-    module.visit(uses)
-    return uses.total == uses.own
+def _attribute_kept_to_class(module: cst.Module, cls_node: cst.ClassDef, attr: str) -> bool:
+    """Every use of the attribute name in the module is `self.<attr>` in the
+    class's own body (no subclass or other code of the file touches it)."""
+    everywhere = _AttributeUses(attr)
+    module.visit(everywhere)
+    own = _AttributeUses(attr)
+    cls_node.visit(own)
+    return everywhere.total == own.own
 
 
 class _Uses(cst.CSTVisitor):
