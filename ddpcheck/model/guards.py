@@ -242,7 +242,10 @@ def object_state_condition(model, expr: cst.Attribute, scope) -> Condition | Non
     if found is None:
         return None
     made, runs = found
-    return _stored_condition(model, made, runs, "self." + expr.attr.value)
+    cond = _stored_condition(model, made, runs, "self." + expr.attr.value)
+    if cond is None or ((D0 in cond.may) == (DN in cond.may) and (D0 in cond.must) == (DN in cond.must)):
+        return None   # says nothing that tells rank 0 from the others: judged as before (by its name, say)
+    return cond
 
 
 def _local_object(model, receiver: cst.Name, scope):
