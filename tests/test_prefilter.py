@@ -189,3 +189,27 @@ def test_only_scripts_look_at_their_imports(tmp_path: Path, monkeypatch):
     assert seen == []
     lint_path(str(module), LintSettings(enabled=EVERY_RULE, root=str(tmp_path), script_files=("tasks.py",)))
     assert seen == ["tasks.py"]
+
+
+def test_a_helper_edited_during_a_run_is_judged_again(tmp_path: Path, monkeypatch):
+    """One run (one Projects, as a worker keeps it) lints the same script
+    twice: the helper's prefilter verdict is kept by the project with its
+    other per-file caches, and is read again once the helper's mtime moves."""
+    import os
+
+    from ddpcheck.lint.engine import Projects
+
+    helper = tmp_path / "stats.py"
+    helper.write_text(PLAIN_HELPER)
+    script = tmp_path / "report.py"
+    script.write_text(ENTRY.format(module="stats", name="summarise", call="print(summarise([1, 2]))"))
+    settings = LintSettings(enabled=EVERY_RULE, root=str(tmp_path))
+    projects = Projects()
+    seen = analysed_files(monkeypatch)
+    lint_path(str(script), settings, projects=projects)
+    assert seen == []
+    helper.write_text(RUNNER.replace("class Runner", "class Runner2") + "\n\ndef summarise(xs):\n    return sum(xs)\n")
+    stat = helper.stat()
+    os.utime(helper, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    lint_path(str(script), settings, projects=projects)
+    assert seen == ["report.py"]

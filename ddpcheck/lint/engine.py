@@ -7,7 +7,6 @@ pre-commit hook."""
 from __future__ import annotations
 
 import functools
-import os
 import re
 from typing import TYPE_CHECKING
 
@@ -77,8 +76,6 @@ class Projects:
 
     def __init__(self) -> None:
         self._by_key: dict[tuple, "Project"] = {}
-        # (module path, its stamp, the enabled rules) -> whether it passes the prefilter
-        self._module_passes: dict[tuple, bool] = {}
 
     def for_settings(self, settings: LintSettings) -> "Project":
         from ddpcheck.lint.analyze import project_for   # libcst: only once a file needs analysing
@@ -92,25 +89,14 @@ class Projects:
     def imports_worth_analysing(self, text: str, path: str, settings: LintSettings) -> tuple[bool, tuple[str, ...]]:
         """For a script that fails the prefilter: whether a local module it
         imports (however deep) passes it, and the modules looked at (the
-        script's result depends on them)."""
+        script's result depends on them). Each module's verdict is kept by
+        the project with its other per-file caches (Project.text_verdict)."""
         project = self.for_settings(settings)
         modules = project.imported_modules(path, scan_text(text))
-        return any(self._passes(module, settings.enabled) for module in modules), modules
-
-    def _passes(self, module: str, enabled: frozenset[str]) -> bool:
-        try:
-            stamp = os.stat(module).st_mtime_ns
-        except OSError:
-            return False
-        key = (module, stamp, enabled)
-        found = self._module_passes.get(key)
-        if found is None:
-            try:
-                found = worth_analysing(read_source(module), enabled)
-            except SourceError:
-                found = False
-            self._module_passes[key] = found
-        return found
+        enabled = settings.enabled
+        question = ("passes the prefilter", enabled)
+        return any(project.text_verdict(module, question, lambda t: worth_analysing(t, enabled))
+                   for module in modules), modules
 
 
 def lint_path(path: str, settings: LintSettings, named: bool = False, projects: Projects | None = None) -> FileResult:

@@ -71,6 +71,8 @@ class Project:
         # abs path -> (stamp, its scan; None for a module too large to be a
         # helper, or unreadable: it is never parsed either, so nothing is reached through it)
         self._scans: dict[str, tuple[int, ModuleScan | None]] = {}
+        # (abs path, what is asked of its text) -> (stamp, the verdict): see text_verdict
+        self._verdicts: dict[tuple[str, object], tuple[int, bool]] = {}
         self._found: dict[tuple[str, str, int], Path | None] = {}
         self._roots: dict[Path, Path | None] = {}
         self._bases_of: dict[tuple[str, int], list[Path]] = {}
@@ -92,18 +94,36 @@ class Project:
         self.memo.new_budget()
         return build_model(path, module, self, text)
 
-    def _stamped(self, cache: dict, key: str, compute):
-        """`compute(key)` for the file at `key`, kept until its mtime changes;
-        None for a file that cannot be stat'ed."""
-        stamp = _stamp(key)
+    def _stamped(self, cache: dict, path: str, compute, key=None):
+        """`compute(path)` for the file at `path`, kept in `cache` under `key`
+        (the path itself when None) until the file's mtime changes; None for a
+        file that cannot be stat'ed. Every per-file cache of the run goes
+        through here, so a file edited during a long run is read again
+        everywhere at once."""
+        stamp = _stamp(path)
         if stamp is None:
             return None
+        key = path if key is None else key
         cached = cache.get(key)
         if cached is not None and cached[0] == stamp:
             return cached[1]
-        value = compute(key)
+        value = compute(path)
         cache[key] = (stamp, value)
         return value
+
+    def text_verdict(self, path: str, question: object, judge) -> bool:
+        """`judge(text)` of the module at `path`, once per run for each
+        `question` (a hashable name for what `judge` decides: the lint
+        driver asks "does it pass the prefilter of these rules?"); False for
+        a module that cannot be read."""
+        def compute(key: str) -> bool:
+            try:
+                return bool(judge(read_source(key)))
+            except SourceError:
+                return False
+
+        key = os.path.abspath(path)
+        return bool(self._stamped(self._verdicts, key, compute, (key, question)))
 
     def model_for(self, path: Path | str) -> ScriptModel | None:
         return self._stamped(self._models, str(path), self._build_helper)
