@@ -25,6 +25,10 @@ from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees
 from ddpcheck.model.guards import worlds
 
+# A module that makes a torch.optim optimizer names `optim` (`torch.optim.SGD`,
+# `from torch.optim import AdamW`, `from torch import optim`): a call into a
+# module that cannot reach one is not followed (nor its module parsed).
+OPTIM_NEED = (("optim",),)
 DOCUMENTED = re.compile(r"gpu|world|device|node|total|global|effective|replica|process", re.I)
 _PLAIN_CALLS = {"float", "int", "get", "getattr"}
 
@@ -128,7 +132,7 @@ def optimizer_lrs(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[ScriptMod
     parameters."""
     found: list[tuple[ScriptModel, cst.BaseExpression]] = [(model, lr) for _, lr in _optimizers(model, fn, False)]
     for c in model.calls_in(fn):
-        target = resolve_call(model, c)
+        target = resolve_call(model, c, OPTIM_NEED)
         if target is None or target[1] is fn:
             continue
         found.extend(_lrs_seen_from(model, c, *target))
@@ -154,7 +158,7 @@ def _optimizers_through_calls(model: ScriptModel) -> Iterator[tuple[CallSite, Sc
     (`opt = build_optimizer(model, cfg.lr)`): the call and the learning rate,
     written in this file where it is an argument of the call."""
     for c in model.calls:
-        target = resolve_call(model, c)
+        target = resolve_call(model, c, OPTIM_NEED)
         if target is None or target[0] is model:
             continue
         for m, lr in _lrs_seen_from(model, c, *target):

@@ -84,3 +84,45 @@ def test_scaling_in_a_helper_of_the_tree(tmp_path: Path):
 def test_scheduler_keyword_with_world_size():
     src = HEAD + OPT + "sched = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=args.lr * dist.get_world_size(), total_steps=100)\n"
     assert lines("DDP504", src) == []
+
+
+def test_an_optimizer_made_in_a_helper_module_is_followed_and_unrelated_helpers_are_not_parsed(tmp_path: Path):
+    """The walk into helper modules for optimizers follows only modules that
+    can reach one (a module naming `optim`, or importing one that does):
+    `build_optimizer` of optim_utils.py is reported at the call, and
+    logging_utils.py, which can make no optimizer, is not parsed to look for one."""
+    import ddpcheck.model.project as project_module
+    from ddpcheck.lint.engine import Projects
+
+    write(tmp_path / "optim_utils.py", """\
+        import torch
+
+        def build_optimizer(model, lr):
+            return torch.optim.SGD(model.parameters(), lr=lr)
+        """)
+    write(tmp_path / "logging_utils.py", """\
+        def log_start(args):
+            print("starting", args)
+        """)
+    imports = "import torch\nfrom optim_utils import build_optimizer\nfrom logging_utils import log_start\n"
+    train = write(tmp_path / "train.py", HEAD.replace("import torch\n", imports)
+                  + "log_start(args)\noptimizer = build_optimizer(model, args.lr)\n")
+    plain = write(tmp_path / "plain.py", HEAD.replace("import torch\n", imports) + "log_start(args)\n")
+    parsed: list[str] = []
+    real = project_module.Project._build_helper
+
+    def counting(self, key):
+        parsed.append(Path(key).name)
+        return real(self, key)
+
+    project_module.Project._build_helper = counting
+    try:
+        settings = LintSettings(enabled=frozenset({"DDP504"}), root=str(tmp_path))
+        result = lint_path(str(train), settings, projects=Projects())
+        assert [(f.code, f.line) for f in result.findings] == [("DDP504", 9)]
+        assert "args.lr" in result.findings[0].message
+        del parsed[:]
+        assert lint_path(str(plain), settings, projects=Projects()).findings == ()
+    finally:
+        project_module.Project._build_helper = real
+    assert "logging_utils.py" not in parsed
