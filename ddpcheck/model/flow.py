@@ -786,15 +786,25 @@ def _made_record_field(atom: Made, name: str) -> Value | None:
     fields = made_record_fields(atom.model, atom.site)
     if fields is None or name not in fields:
         return None
-    call = atom.site.node
-    written = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
-    if written is None:
-        if any(a.star for a in call.args):
-            return None
-        positional = [a.value for a in call.args if a.keyword is None]
-        index = list(fields).index(name)
-        written = positional[index] if index < len(positional) else fields[name]
+    _, written = _field_argument(atom.site.node, fields, name)
     return value_of(atom.model, written) if written is not None else None
+
+
+def _field_argument(call: cst.Call, fields: dict, name: str) -> tuple[bool, cst.BaseExpression | None]:
+    """What a record's constructor call gives field `name`: (True, the
+    argument), by keyword or by the order the fields are declared in;
+    (False, the field's default) when the call does not pass it (None: no
+    default); (True, None) when `*args` / `**kw` may pass it unseen."""
+    written = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+    if written is not None:
+        return True, written
+    if any(a.star for a in call.args):
+        return True, None
+    positional = [a.value for a in call.args if a.keyword is None]
+    index = list(fields).index(name)
+    if index < len(positional):
+        return True, positional[index]
+    return False, fields[name]
 
 
 def _instance_attribute(model: ScriptModel, atom, cls: tuple[ScriptModel, ClassInfo], name: str) -> Value:
@@ -1043,22 +1053,10 @@ def field_expressions(model: ScriptModel, expr: cst.Attribute) -> tuple[tuple[Sc
             where = atom.model
         if fields is None or name not in fields:
             return None
-        call = atom.site.node
-        written = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == name), None)
+        passed, written = _field_argument(atom.site.node, fields, name)
         if written is None:
-            if any(a.star for a in call.args):
-                return None
-            positional = [a.value for a in call.args if a.keyword is None]
-            index = list(fields).index(name)
-            if index < len(positional):
-                written = positional[index]
-            else:
-                default = fields[name]
-                if default is None:
-                    return None
-                found.append((where, default, None))
-                continue
-        found.append((atom.model, written, atom.site.ctx.function))
+            return None
+        found.append((atom.model, written, atom.site.ctx.function) if passed else (where, written, None))
     return tuple(found)
 
 

@@ -41,7 +41,7 @@ def _runs_there(model: ScriptModel, ref) -> bool:
 def other_ranks_reach(model: ScriptModel, ctx: Ctx) -> bool:
     if DN not in worlds(model, ctx):
         return False
-    return _function_reached(model, ctx.function)
+    return _other_ranks_reach_function(model, ctx.function, False)
 
 
 def reaching_worlds(model: ScriptModel, ctx: Ctx) -> frozenset[str]:
@@ -74,18 +74,20 @@ def several_ranks_reach(model: ScriptModel, ctx: Ctx) -> bool:
     only through (`if args.rank == args.world_size - 1:`)."""
     if DN not in worlds(model, ctx) or one_rank_only(model, ctx):
         return False
-    return _several_reach_function(model, ctx.function)
+    return _other_ranks_reach_function(model, ctx.function, True)
 
 
 @query(on_cycle=False)   # a caller that is only reached through `fn` itself adds no path
-def _several_reach_function(model: ScriptModel, fn: FunctionInfo | None) -> bool:
+def _other_ranks_reach_function(model: ScriptModel, fn: FunctionInfo | None, several: bool) -> bool:
+    """Some call path lets ranks other than 0 run `fn`; `several`: one that
+    no test narrows to one specific rank (`rank == world_size - 1`)."""
     if fn is None:
         return True
     if DN not in function_worlds(model, fn):
         return False
-    return any(DN in worlds(model, ref.ctx) and not one_rank_only(model, ref.ctx) and (
+    return any(DN in worlds(model, ref.ctx) and not (several and one_rank_only(model, ref.ctx)) and (
                    runs_in_workers(model, ref.node) or (
-                   _runs_there(model, ref) and _several_reach_function(model, ref.ctx.function)))
+                   _runs_there(model, ref) and _other_ranks_reach_function(model, ref.ctx.function, several)))
                for ref in model.refs_to(fn))
 
 
@@ -98,20 +100,9 @@ def unguarded_caller(model: ScriptModel, fn: FunctionInfo | None):
         if ref.ctx.function is fn or not _runs_there(model, ref):
             continue   # recursion, or a local variable of the same name; a hook registered
         if DN in worlds(model, ref.ctx) and not one_rank_only(model, ref.ctx) and \
-                _several_reach_function(model, ref.ctx.function):
+                _other_ranks_reach_function(model, ref.ctx.function, True):
             return ref
     return None
-
-
-@query(on_cycle=False)   # a caller that is only reached through `fn` itself adds no path
-def _function_reached(model: ScriptModel, fn: FunctionInfo | None) -> bool:
-    if fn is None:
-        return True
-    if DN not in function_worlds(model, fn):
-        return False
-    return any(DN in worlds(model, ref.ctx) and (runs_in_workers(model, ref.node) or (
-                   _runs_there(model, ref) and _function_reached(model, ref.ctx.function)))
-               for ref in model.refs_to(fn))
 
 
 def script_reaches(model: ScriptModel, fn: FunctionInfo | None) -> bool:
