@@ -985,6 +985,8 @@ def passes_own_params(model, call) -> bool:
     scope = call.ctx.function
     if scope is None:
         return False
+    if _receiver_is_own_self(model, call):
+        return True   # `self.save(...)`: an attribute test in `save` is judged on the object the caller runs on
     return any(_reads_params(model, a.value, scope, set()) for a in call.node.args)
 
 
@@ -1044,6 +1046,9 @@ def condition_in_call(model, test: cst.BaseExpression, fn, frames: tuple) -> Con
     if isinstance(test, cst.Comparison):
         field = _param_field_compared(model, test, fn)
         if field is not None and _field_is_rank_at_call(model, fn, field[0], field[1], frames):
+            return _rank_compared(field[2], field[3])
+        if field is not None and fn.class_name and fn.params[:1] == (field[0],) \
+                and _receiver_field_is_rank(model, test, fn, field[1], frames):
             return _rank_compared(field[2], field[3])
     if isinstance(test, cst.Comparison) and len(test.comparisons) == 1 and \
             type(test.comparisons[0].operator) in (cst.Is, cst.IsNot):
@@ -1240,6 +1245,82 @@ def _made_field_is_rank(model, expr: cst.BaseExpression, scope, field: str) -> b
                                  is_rank_expr(m, a.value, a.ctx.function) for m, a in writes):
             return False
     return True
+
+
+def _receiver_field_is_rank(model, test: cst.Comparison, fn, field: str, frames: tuple) -> bool:
+    """`if self.device_id == 0:` in a method run by `trainer.save(...)`
+    (`frames[0]`): the attribute holds a rank on every object the receiver
+    may hold, judged by its value, not its name: `__init__` stores
+    `self.device_id = device_id` and every construction passes a rank
+    (`Trainer(model, device_id=local_rank)`), through `super().__init__(...)`
+    of a subclass too. False when the receiver or the stores are not known,
+    the attribute is stored outside a constructor, or some construction
+    passes anything else (`Trainer(model, device_id=0)`: every rank)."""
+    caller_model, call = frames[0]
+    while len(frames) > 1 and _receiver_is_own_self(caller_model, call):
+        frames = frames[1:]   # `self.save(...)` in `run`, run by `loop.run()`: the object `loop` holds
+        caller_model, call = frames[0]
+    if call.receiver is None:
+        return False
+    read = test.left if isinstance(test.left, cst.Attribute) else test.comparisons[0].comparator
+    stores = bindings_seen(model, read)
+    if not stores or any(s.kind != "assign" or s.ctx.function is None or s.ctx.function.name != "__init__"
+                         for s in stores):
+        return False   # stored by another method (or not a plain store): what it holds here is not told
+    value = value_at(caller_model, call.receiver, call.ctx.function)
+    if not value.known or not value.atoms:
+        return False
+    for atom in value.atoms:
+        if not isinstance(atom, Made):
+            return False
+        made = resolve_call(atom.model, atom.site)
+        if made is None or not _constructor_stores_rank(made[0], made[1], field, ((atom.model, atom.site),), set()):
+            return False
+    return True
+
+
+def _receiver_is_own_self(model, call) -> bool:
+    """`call` runs a method on the receiver of the method it sits in (`self.save(...)`)."""
+    fn = call.ctx.function
+    return fn is not None and bool(fn.class_name) and bool(fn.params) and isinstance(call.receiver, cst.Name) \
+        and call.receiver.value == fn.params[0] and _own_param(model, call.receiver, fn)
+
+
+def _constructor_stores_rank(model, init, field: str, frames: tuple, seen: set) -> bool:
+    """The constructor `init`, run from `frames`, stores a rank in
+    `self.<field>` (its own store, else the store of the base constructor it
+    calls, `super().__init__(...)`), and no other method of its class stores
+    the attribute."""
+    if init is None or init.name != "__init__" or not init.params or id(init) in seen:
+        return False
+    seen.add(id(init))
+    me = init.params[0]
+    if any(a.ctx.function is not None and a.ctx.function.class_name == init.class_name and a.ctx.function is not init
+           and isinstance(a.target, cst.Attribute) and a.target.attr.value == field for a in model.assigns):
+        return False
+    stores = [a for a in model.assigns_in(init) if isinstance(a.target, cst.Attribute) and a.target.attr.value == field
+              and isinstance(a.target.value, cst.Name) and a.target.value.value == me]
+    if stores:
+        return all(a.value is not None and a.augmented is None and a.path == ()
+                   and _holds_rank_at_call(model, init, a.value, frames) for a in stores)
+    for c in model.calls_in(init):
+        target = resolve_call(model, c)
+        if target is not None and target[1].name == "__init__" and target[1] is not init:
+            return _constructor_stores_rank(target[0], target[1], field, ((model, c), *frames), seen)
+    return False
+
+
+def _holds_rank_at_call(model, fn, expr: cst.BaseExpression, frames: tuple) -> bool:
+    """`expr`, read in `fn`, is a rank when `fn` runs from `frames`: a rank
+    as written, or a parameter of `fn` whose argument is one (a parameter of
+    the caller handed on is judged at the call further out)."""
+    if isinstance(expr, cst.Name) and frames and _own_param(model, expr, fn):
+        caller_model, call = frames[0]
+        bound, passed = argument_expr(call, fn, expr.value)
+        if not bound or passed is None:
+            return False   # unknown from the call's text, or the default (not judged)
+        return _holds_rank_at_call(caller_model, call.ctx.function, passed, frames[1:])
+    return is_rank_expr(model, expr, fn)
 
 
 def _own_param(model, name: cst.Name, fn) -> bool:
