@@ -242,3 +242,22 @@ def test_judge_ranks_never_started_before_the_deadline_are_one_deadline_failure(
     assert [(v.id, v.ranks) for v in alarms] == [(CheckId.RUN_DEADLINE, (0, 1))]
     assert "--timeout 0.5 s ended before ranks 0, 1 were started" in alarms[0].detail
     assert out.exit_code == 1
+
+
+def _memory_row(peaks: list[int]):
+    from ddpcheck.preflight.script.facts import MemoryFact
+
+    facts = [_rank(r, "bbb", 1) for r in range(len(peaks))]
+    for f, peak in zip(facts, peaks):
+        f.memory = MemoryFact(8, peak, 5000, "TensorDispatchMode")
+    out = judge.judge(facts, [None] * len(peaks), len(peaks), "", 60)
+    return next(v for v in out.checks if v.id == CheckId.MEMORY)
+
+
+def test_the_memory_row_names_a_rank_that_stands_out_and_is_stable_otherwise():
+    # a CPU step's peak moves by a few bytes between ranks and runs: the lowest rank is named
+    assert _memory_row([16_600, 16_640]).detail.startswith("rank 0;")
+    assert _memory_row([16_640, 16_600]).detail.startswith("rank 0;")
+    # a rank well above the others is the one named
+    row = _memory_row([16_600, 20_000])
+    assert row.detail.startswith("rank 1;") and "peak 19.5 KiB" in row.name
