@@ -592,15 +592,23 @@ def _project_writes_wrapped(model: ScriptModel, spelling: str) -> bool:
     """This module, or a local module it imports (however deep), writes the
     `state_dict()` of a DDP / DataParallel wrapper with `torch.save` to the
     path spelled `spelling`."""
-    if _writes_wrapped(model, spelling) or _writes_wrapped_through_calls(model, spelling):
-        return True
+    def writes(m: ScriptModel) -> bool:
+        return _writes_wrapped(m, spelling) or _writes_wrapped_through_calls(m, spelling)
+
+    return writes(model) or _an_imported_module(model, writes, deep=True)
+
+
+def _an_imported_module(model: ScriptModel, test, deep: bool) -> bool:
+    """Some local module `model` imports (however deep, or only directly)
+    passes `test`; the analysis of `model` then depends on that module."""
     project = model.project
     if project is None:
         return False
-    for path in project.imported_modules(model.path, model.scan()):
+    scan = model.scan()
+    paths = project.imported_modules(model.path, scan) if deep else project.local_imports(model.path, scan)
+    for path in paths:
         helper = project.model_for(path)
-        if helper is not None and helper is not model and \
-                (_writes_wrapped(helper, spelling) or _writes_wrapped_through_calls(helper, spelling)):
+        if helper is not None and helper is not model and test(helper):
             project.depends_on(model.path, path)
             return True
     return False
@@ -687,17 +695,7 @@ def project_strips_prefix(model: ScriptModel) -> bool:
     """The script, or a local module it imports, strips the `module.` prefix
     from checkpoint keys where it loads them: the project reads its wrapped
     checkpoints back through that renaming (DINO's `load_pretrained_weights`)."""
-    if renames_prefix_on_load(model):
-        return True
-    project = model.project
-    if project is None:
-        return False
-    for path in project.local_imports(model.path, model.scan()):
-        helper = project.model_for(path)
-        if helper is not None and renames_prefix_on_load(helper):
-            project.depends_on(model.path, path)
-            return True
-    return False
+    return renames_prefix_on_load(model) or _an_imported_module(model, renames_prefix_on_load, deep=False)
 
 
 @query(on_cycle=())
