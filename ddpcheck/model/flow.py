@@ -690,16 +690,18 @@ def _builtin(model: ScriptModel, name: str) -> Value:
 # -- imports -----------------------------------------------------------------------
 
 @query(on_cycle=EMPTY)
-def resolve_import(model: ScriptModel, imported: Imported, needs: Need = ()) -> Value:
+def resolve_import(model: ScriptModel, imported: Imported, needs: Need = (), assigned: bool = False) -> Value:
     """What an Imported reference is: a Module, a Func, a Class, a value of
     a module of the tree, or a Lib for a library (`model`: the file the
     import is in). With `needs`: a module of the tree that cannot reach what
     the asker looks for is not parsed (the answer is then Opaque).
-    Re-exports are followed."""
-    return resolved_atoms(_resolve_import(imported, needs), needs)
+    `assigned`: also a name a module-level assignment binds (a constant of a
+    config module), which callers that look for functions and classes skip
+    without parsing the module. Re-exports are followed."""
+    return resolved_atoms(_resolve_import(imported, needs, assigned), needs, assigned)
 
 
-def _resolve_import(imported: Imported, needs: Need) -> Value:
+def _resolve_import(imported: Imported, needs: Need, assigned: bool) -> Value:
     model = imported.model
     project = model.project
     module, level, names = imported.module, imported.level, imported.names
@@ -720,9 +722,10 @@ def _resolve_import(imported: Imported, needs: Need) -> Value:
     rest = names[consumed:]
     if rest:
         # a scan of its text first: a module that neither defines nor imports the name (a
-        # constant, a typo), or cannot reach what the asker looks for, is never parsed
+        # constant unless the asker wants any value, a typo), or cannot reach what the asker
+        # looks for, is never parsed
         scanned = project.scan_of(path)
-        if scanned is None or rest[0] not in scanned.bound:
+        if scanned is None or rest[0] not in scanned.bound and not (assigned and rest[0] in scanned.assigned):
             return opaque(f"{rest[0]} is not a function or class of {qual}")
         if needs and not project.reaches(str(path), scanned, needs):
             return opaque("module cannot reach what is asked")
@@ -737,11 +740,12 @@ def _resolve_import(imported: Imported, needs: Need) -> Value:
     return value
 
 
-def resolved_atoms(value: Value, needs: Need = ()) -> Value:
+def resolved_atoms(value: Value, needs: Need = (), assigned: bool = False) -> Value:
     """`value` with its Imported atoms looked up."""
     if not any(isinstance(a, Imported) for a in value.atoms):
         return value
-    return union(resolve_import(a.model, a, needs) if isinstance(a, Imported) else just(a) for a in value.atoms)
+    return union(resolve_import(a.model, a, needs, assigned) if isinstance(a, Imported) else just(a)
+                 for a in value.atoms)
 
 
 # -- attributes --------------------------------------------------------------------

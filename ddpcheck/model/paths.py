@@ -11,7 +11,7 @@ import re
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    Const, Imported, Item, Made, Member, Param, bindings_seen, called_qual, module_name_value, resolve_call, sole_binding, value_at, value_of,
+    Const, Imported, Item, Made, Member, Param, bindings_seen, called_qual, resolve_call, resolve_import, sole_binding, value_at, value_of,
 )
 from ddpcheck.model.library import ENTER_RETURNS_SELF
 from ddpcheck.model.memo import query
@@ -215,14 +215,7 @@ def _spell_atom(atom) -> str | None:
 def _imported_constant(atom) -> str | None:
     """A string constant of a module of the tree that this one imports
     (`from config import CKPT_NAME`), as that module binds it once it has run."""
-    if len(atom.names) != 1:
-        return None
-    project = atom.model.project
-    path = project.find_module(atom.model.path, atom.module, atom.level) if project is not None else None
-    target = project.model_for(path) if path is not None else None
-    if target is None:
-        return None
-    found = module_name_value(target, atom.names[0]).constant
+    found = resolve_import(atom.model, atom, assigned=True).constant
     return found if isinstance(found, str) else None
 
 

@@ -17,6 +17,8 @@ _IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
 _FROM_IMPORT = re.compile(r"^[ \t]*from[ \t]+(\.*)[ \t]*([\w.]*)[ \t]+import[ \t]*(\([^)]*\)|[^\n;#]*)", re.M)
 _IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n;#]+)", re.M)
 _DEF = re.compile(r"^[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+(\w+)", re.M)
+# a module-level assignment (`CKPT_NAME = "last.pt"`, `cfg: Config = load()`), at column 0
+_ASSIGN = re.compile(r"^([A-Za-z_]\w*)[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
 
 # What an asker looks for, as groups of names: a module matches when it names
 # one of every group (`((distributed modules), (collective names))`: a
@@ -45,6 +47,7 @@ class ModuleScan:
     identifiers: frozenset[str]                          # every word that could be a name
     sources: frozenset[tuple[str, int, str | None]]      # (module, level, name) of its imports
     bound: frozenset[str]                                # names it defines (def, class) or binds by import
+    assigned: frozenset[str] = frozenset()               # names a module-level assignment binds
 
 
 def scan_text(text: str) -> ModuleScan:
@@ -66,7 +69,8 @@ def scan_text(text: str) -> ModuleScan:
                 sources.add((full, 0, None))
                 sources.add((full.split(".")[0], 0, None))
                 bound.add(alias or full.split(".")[0])
-    return ModuleScan(frozenset(_IDENTIFIER.findall(text)), frozenset(sources), frozenset(bound))
+    return ModuleScan(frozenset(_IDENTIFIER.findall(text)), frozenset(sources), frozenset(bound),
+                      frozenset(_ASSIGN.findall(text)))
 
 
 __all__ = ["Need", "ModuleScan", "names_match", "scan_text"]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from ddpcheck.model.paths import path_spelling
-from tests.semantics.helpers import build, marked
+from tests.conftest import write
+from tests.semantics.helpers import build, build_file, marked
 
 PREAMBLE = """
 import os
@@ -78,3 +79,26 @@ def test_an_option_of_one_parsed_object_is_the_same_wherever_it_is_read():
     first, second, third = (path_spelling(model, marked(model, nth=i)[0]) for i in range(3))
     assert first == second is not None
     assert third != first   # another object's option
+
+
+def test_a_constant_imported_from_a_config_module_and_through_a_re_export(tmp_path):
+    # `from config import CKPT` and `from settings import CKPT` where the
+    # package's __init__ re-exports it: both spell the constant's value
+    write(tmp_path / "config.py", 'CKPT: str = "last.pth"\nOTHER = CKPT\n')
+    write(tmp_path / "settings" / "__init__.py", "from .paths import CKPT\n")
+    write(tmp_path / "settings" / "paths.py", 'import os\nCKPT = "best.pth"\n')
+    train = write(tmp_path / "train.py", "import os\nfrom config import CKPT, OTHER\nimport settings\n"
+                                         "def f(out):\n    use(os.path.join(out, CKPT))\n"
+                                         "    use(os.path.join(out, settings.CKPT), 'b')\n"
+                                         "    use(os.path.join(out, OTHER), 'c')\n")
+    model = build_file(train)
+    spelled = [path_spelling(model, marked(model, "use", nth)[0]) for nth in range(3)]
+    assert spelled == ["{out}/last.pth", "{out}/best.pth", "{out}/last.pth"]
+
+
+def test_a_name_a_config_module_never_binds_is_not_spelled(tmp_path):
+    write(tmp_path / "config.py", "def make():\n    return 'x'\n")
+    train = write(tmp_path / "train.py", "import os\nfrom config import CKPT\ndef f(out):\n"
+                                         "    use(os.path.join(out, CKPT))\n")
+    model = build_file(train)
+    assert path_spelling(model, marked(model)[0]) is None
