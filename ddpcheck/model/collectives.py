@@ -32,7 +32,7 @@ from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import DDP_NAMES, DDP_NEED, call_site, exclusive, is_ddp_wrap
-from ddpcheck.model.flow import bindings_seen, called_qual, instance_of, value_of
+from ddpcheck.model.flow import binds_receiver, bindings_seen, called_qual, instance_of, value_of
 from ddpcheck.model.worlds import DISTRIBUTED, only_some_ranks
 from ddpcheck.model.flow import resolve_call
 
@@ -190,8 +190,7 @@ def param_for_arg(fn: FunctionInfo, call: CallSite, arg: cst.Arg) -> str | None:
     if idx is None or any(a.star for a in positional[: idx + 1]):
         return None
     params = list(fn.params)
-    is_ctor = fn.name == "__init__" and isinstance(call.node.func, cst.Name)   # `Trainer(model, ...)`
-    if fn.class_name and params and params[0] in ("self", "cls") and (call.receiver is not None or is_ctor):
+    if binds_receiver(call, fn):   # `Trainer(model, ...)`, `trainer.fit(model)`, `callback(model)`
         params = params[1:]
     return params[idx] if idx < len(params) else None
 

@@ -1886,16 +1886,27 @@ class Argument:
     stmt: cst.CSTNode | None = None    # the statement it is read in
 
 
+def binds_receiver(call: CallSite, fn: FunctionInfo) -> bool:
+    """The call binds the method's first parameter (`self` / `cls`) itself,
+    before its own arguments: a method called on an object or a class
+    (`saver.write(x)`), a constructor (`Saver(x)` runs `__init__`), an object
+    called (`saver(x)` runs `__call__`), a bound method held in a name
+    (`write = saver.write; write(x)`). A static method binds nothing."""
+    params = fn.params
+    if not fn.class_name or not params or params[0] not in ("self", "cls"):
+        return False
+    if {d.rpartition(".")[2] for d in fn.decorators} & STATIC:
+        return False   # its first parameter is an argument like the others
+    return call.receiver is not None or isinstance(call.node.func, cst.Name)
+
+
 def argument_expr(call: CallSite, fn: FunctionInfo, name: str) -> tuple[bool, cst.BaseExpression | None]:
     """(bound, expr) for parameter `name` of `fn` at `call`, as written at the
     call: bound False when a `*args` / `**kwargs` at the call makes it
     unknowable from the call's text; expr None when the default applies."""
     params = list(fn.params)
     node = call.node
-    is_ctor = fn.name == "__init__" and isinstance(node.func, cst.Name)
-    static = bool({d.rpartition(".")[2] for d in fn.decorators} & STATIC)   # its `cls` is an argument
-    if fn.class_name and params and params[0] in ("self", "cls") and not static and \
-            (call.receiver is not None or is_ctor):
+    if binds_receiver(call, fn):
         if name == params[0]:
             return False, None
         params = params[1:]
@@ -2565,7 +2576,7 @@ __all__ = [
     "call_targets", "resolve_call", "constructs", "called_qual", "called_qual_from", "called_name", "is_api_call", "callee_value",
     "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
     "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
-    "argument_expr", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
+    "argument_expr", "binds_receiver", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
     "argument_places", "literal_entry", "entry_expressions", "field_expressions", "record_fields", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
     "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped", "params_handed_on",

@@ -63,7 +63,9 @@ class UnguardedSave(Rule):
             found = writes_on_every_rank(*target, frames=((model, site),))
             if found is not None and several_ranks_reach(model, site.ctx):
                 inner, kind = found
+                fn = target[1]
+                runs = f"runs `{fn.class_name}.{fn.name}`, " if fn.name in ("__call__", "__init__") and fn.class_name else ""
                 yield Hit(site.node, message=(
-                    f"`{site.func}(...)` ({os.path.relpath(target[0].path)}) writes with `{inner.func}(...)` without a rank guard, "
+                    f"`{site.func}(...)` ({runs}{os.path.relpath(target[0].path)}) writes with `{inner.func}(...)` without a rank guard, "
                     f"and this call runs on every rank: {_WHY[kind]}"
                 ))

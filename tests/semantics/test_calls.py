@@ -1,0 +1,73 @@
+"""What a call binds and what it runs, as Python does it: calling an object
+runs its class's `__call__` with the object as `self`; a bound method held in
+a name binds its object too; a static method binds nothing. Dunder calls
+written out (`it.__iter__()`, `it.__next__()`) are the builtins they stand
+for."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ddpcheck.model.flow import argument_expr, resolve_call
+from ddpcheck.model.writes import writes_on_every_rank
+from tests.conftest import write
+from tests.semantics.helpers import build, build_file
+
+
+def _argument(model, func: str, param: str) -> str | None:
+    site = next(c for c in model.calls if c.func == func)
+    _, fn = resolve_call(model, site)
+    bound, expr = argument_expr(site, fn, param)
+    assert bound
+    return None if expr is None else model.module.code_for_node(expr)
+
+
+HOOK = textwrap.dedent("""
+    class Hook:
+        def __init__(self, rank):
+            self.rank = rank
+        def __call__(self, step, net, head=None):
+            pass
+        def write(self, net, head=None):
+            pass
+        @staticmethod
+        def plain(net, head=None):
+            pass
+""")
+
+
+def test_calling_an_object_binds_self_before_its_arguments():
+    model = build(HOOK + "hook = Hook(0)\nhook(7, a, b)\n")
+    assert _argument(model, "hook", "step") == "7"
+    assert _argument(model, "hook", "head") == "b"
+
+
+def test_a_bound_method_held_in_a_name_binds_its_object():
+    model = build(HOOK + "hook = Hook(0)\nw = hook.write\nw(a, b)\n")
+    assert _argument(model, "w", "net") == "a"
+    assert _argument(model, "w", "head") == "b"
+
+
+def test_a_static_method_binds_nothing():
+    model = build(HOOK + "Hook.plain(a, b)\n")
+    assert _argument(model, "Hook.plain", "net") == "a"
+    assert _argument(model, "Hook.plain", "head") == "b"
+
+
+def test_a_write_in_call_is_judged_with_the_calls_own_arguments(tmp_path):
+    write(tmp_path / "hooks.py", "import torch\n"
+                                 "class Snap:\n"
+                                 "    def __init__(self, rank):\n        self.rank = rank\n"
+                                 "    def __call__(self, step, net, head=None):\n"
+                                 "        if self.rank == 0:\n            torch.save(net, 'n.pt')\n"
+                                 "        if head is not None:\n            torch.save(head, 'h.pt')\n")
+    train = write(tmp_path / "train.py", "from hooks import Snap\n"
+                                         "snap = Snap(rank)\n"
+                                         "snap(1, net, head)\n"
+                                         "snap(2, net)\n")
+    model = build_file(train)
+    with_head, without_head = [c for c in model.calls if c.func == "snap"]
+    found = writes_on_every_rank(*resolve_call(model, with_head), frames=((model, with_head),))
+    assert found is not None and found[1] == "save"   # `head` is passed: every rank writes h.pt
+    # `head` left to its default None: only the rank-0 write is left
+    assert writes_on_every_rank(*resolve_call(model, without_head), frames=((model, without_head),)) is None
