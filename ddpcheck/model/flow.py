@@ -1759,6 +1759,14 @@ def _library_base_attribute(model: ScriptModel, atom) -> bool:
     return root is not atom and not isinstance(root, Value) and instance_class(model, root) is not None
 
 
+def calls_plain_function(model: ScriptModel, site: CallSite) -> bool:
+    """The call runs a function of the tree defined with `def` outside any
+    class (`load_resume(net, args)`, `ckpt.restore(...)` through a module):
+    not a method, a constructor or an object's `__call__`."""
+    atoms = callee_value(model, site).atoms
+    return bool(atoms) and all(isinstance(a, Func) and a.fn.class_name is None for a in atoms)
+
+
 def constructs(model: ScriptModel, site: CallSite) -> bool:
     """The call makes a new object of a class of the tree (and runs its `__init__`)."""
     return any(isinstance(a, Class) for a in callee_value(model, site).atoms)
@@ -2573,7 +2581,7 @@ __all__ = [
     "Seq", "Mapping", "Super", "UNKNOWN_CONSTANT", "EMPTY", "Argument", "Pass",
     "value_of", "value_at", "resolved", "bind", "element_of", "entry_of", "constant_of", "binding_value",
     "attribute_of", "instance_class", "mro", "iteration_element", "call_argument", "argument_value",
-    "call_targets", "resolve_call", "constructs", "called_qual", "called_qual_from", "called_name", "is_api_call", "callee_value",
+    "call_targets", "resolve_call", "calls_plain_function", "constructs", "called_qual", "called_qual_from", "called_name", "is_api_call", "callee_value",
     "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
     "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
     "argument_expr", "binds_receiver", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",

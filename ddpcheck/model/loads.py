@@ -45,8 +45,7 @@ def looks_like_weights(model: ScriptModel, site: CallSite) -> bool:
     not a data file (`features = torch.load(cached_features_file)`): it feeds
     `load_state_dict`, or the path, the name it is stored in or the function it
     is in says so."""
-    stmt = site.stmt
-    if any(c.attr == "load_state_dict" and c.stmt is stmt for c in model.calls_in(site.ctx.function)):
+    if feeds_load_state_dict(model, site):
         return True
     first = site.arg("f", 0)
     texts = [*names_behind(model, first), *strings_in(first)] if first is not None else []
@@ -54,14 +53,22 @@ def looks_like_weights(model: ScriptModel, site: CallSite) -> bool:
     texts += keys
     if site.ctx.function is not None:
         texts.append(site.ctx.function.name)
-    if any(WEIGHTS.search(t) for t in texts):
+    return any(WEIGHTS.search(t) for t in texts)
+
+
+def feeds_load_state_dict(model: ScriptModel, site: CallSite) -> bool:
+    """What the load returns goes into a `load_state_dict(...)` of the same
+    function: in the same statement (`opt.load_state_dict(torch.load(p))`),
+    or through the name it is stored in (`ck = torch.load(p)` ...
+    `net.load_state_dict(ck["model"])`). Such a load restores tensors saved
+    from a model or an optimizer: weights, whatever the file is called."""
+    stmt = site.stmt
+    loads_into = [c for c in model.calls_in(site.ctx.function) if c.attr == "load_state_dict"]
+    if any(c.stmt is stmt for c in loads_into):
         return True
-    for key in keys:   # `sd = torch.load(p)` ... `model.load_state_dict(sd)`
-        for c in model.calls_in(site.ctx.function):
-            if c.attr == "load_state_dict" and any(
-                    reads_name(reads(model, a.value), key) for a in c.node.args):
-                return True
-    return False
+    keys = [a.key for a in model.assigns_in(site.ctx.function)
+            if a.value is not None and any(v is site.node for v in _values(a.value))]
+    return any(reads_name(reads(model, a.value), key) for key in keys for c in loads_into for a in c.node.args)
 
 
 def _values(expr) -> list:
@@ -145,5 +152,5 @@ def _unmapped_load_in(model: ScriptModel, fn: FunctionInfo,
     return None
 
 
-__all__ = ["LOAD_NEED", "TORCH_LOAD", "judged_load", "looks_like_weights", "mapped_in_other_arm",
+__all__ = ["LOAD_NEED", "TORCH_LOAD", "feeds_load_state_dict", "judged_load", "looks_like_weights", "mapped_in_other_arm",
            "mapped_loads", "unmapped_load_in", "unmapped_loads"]

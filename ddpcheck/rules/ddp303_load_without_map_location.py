@@ -10,8 +10,8 @@ from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.reach import other_ranks_reach
-from ddpcheck.model.flow import constructs, resolve_call
-from ddpcheck.model.loads import LOAD_NEED, TORCH_LOAD, judged_load, unmapped_load_in, unmapped_loads
+from ddpcheck.model.flow import calls_plain_function, constructs, resolve_call
+from ddpcheck.model.loads import LOAD_NEED, TORCH_LOAD, feeds_load_state_dict, judged_load, unmapped_load_in, unmapped_loads
 from ddpcheck.model.positions import where as where_in
 from ddpcheck.model.reads import strings_in
 from ddpcheck.findings import Severity
@@ -78,16 +78,18 @@ class LoadWithoutMapLocation(Rule):
         yield from self._through_helper_modules(model)
 
     def _through_helper_modules(self, model: ScriptModel) -> Iterator[Hit]:
-        """An object every rank makes of a class of another module of the
-        tree whose constructor loads weights without a map_location (a model
-        class whose `__init__` loads its pretrained weights, itself or through
-        the calls it makes): reported at the construction, once per load.
-        Other calls into a helper module (`trainer.load(path)`) are left to
-        that module's own lint: whether every rank makes them often depends on
-        callers in other modules the script does not show."""
+        """A call every rank makes into another module of the tree that loads
+        weights without a map_location, itself or through the calls it makes:
+        an object made of a class whose constructor loads (a model class whose
+        `__init__` loads its pretrained weights), or a plain function that
+        restores a checkpoint (`load_resume(net, args)` doing `ck =
+        torch.load(args.load)` then `net.load_state_dict(ck[...])`). Reported
+        at the call, once per load. Method calls on other objects
+        (`trainer.load(path)`) are left to that module's own lint."""
         seen: set[int] = set()
         for site in model.calls:
-            if not constructs(model, site):
+            made = constructs(model, site)
+            if not made and not calls_plain_function(model, site):
                 continue
             if not other_ranks_reach(model, site.ctx) or runs_in_launcher_only(model, site.ctx):
                 continue
@@ -97,6 +99,8 @@ class LoadWithoutMapLocation(Rule):
             found = unmapped_load_in(target[0], target[1], ((model, site),))
             if found is None or id(found[1].node) in seen:
                 continue
+            if not made and not feeds_load_state_dict(*found):
+                continue   # a helper's load of a file that need not hold weights saved from a GPU
             seen.add(id(found[1].node))
             lmodel, load = found
             if runs_distributed(lmodel) and uses_cuda(lmodel) and other_ranks_reach(lmodel, load.ctx):

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import textwrap
 
-from ddpcheck.model.flow import argument_expr, resolve_call
+from ddpcheck.model.flow import argument_expr, calls_plain_function, resolve_call
+from ddpcheck.model.loads import feeds_load_state_dict
 from ddpcheck.model.writes import writes_on_every_rank
 from tests.conftest import write
 from tests.semantics.helpers import build, build_file
@@ -71,3 +72,26 @@ def test_a_write_in_call_is_judged_with_the_calls_own_arguments(tmp_path):
     assert found is not None and found[1] == "save"   # `head` is passed: every rank writes h.pt
     # `head` left to its default None: only the rank-0 write is left
     assert writes_on_every_rank(*resolve_call(model, without_head), frames=((model, without_head),)) is None
+
+
+def test_a_call_of_a_plain_function_is_told_from_methods_and_constructors():
+    model = build(HOOK + "def restore(net):\n    pass\n"
+                         "hook = Hook(0)\nrestore(a)\nhook(1, a)\nhook.write(a)\nHook(1)\n")
+    plain = {c.func: calls_plain_function(model, c) for c in model.calls}
+    assert plain == {"Hook": False, "restore": True, "hook": False, "hook.write": False}
+
+
+def test_a_load_feeds_load_state_dict_in_the_statement_or_through_its_name():
+    model = build("""
+        import torch
+        def a(net, p):
+            ck = torch.load(p)
+            net.load_state_dict(ck["net"])
+        def b(opt, folder):
+            opt.load_state_dict(torch.load(folder / "opt.pt"))
+        def c(p):
+            table = torch.load(p)
+            return table
+    """)
+    loads = {c.ctx.function.name: feeds_load_state_dict(model, c) for c in model.calls if c.func == "torch.load"}
+    assert loads == {"a": True, "b": True, "c": False}
