@@ -61,7 +61,7 @@ import libcst as cst
 
 from ddpcheck.model.dataflow import Entry
 from ddpcheck.model.library import (
-    BUILTINS, CLASS_METHOD, ELEMENTS_OF_FIRST, ENTER_RETURNS_SELF, ITERABLE_KEYWORDS, ITERATION_WRAPPERS, MANAGED_LOADERS,
+    BUILTINS, CLASS_METHOD, DUNDER_BUILTINS, ELEMENTS_OF_FIRST, ENTER_RETURNS_SELF, ITERABLE_KEYWORDS, ITERATION_WRAPPERS, MANAGED_LOADERS,
     NOT_ITERATING, PROPERTY, RETURNS_COPY_OF_FIRST_ARGUMENT, RETURNS_FIRST_ARGUMENT, RETURNS_RECEIVER, STATIC,
 )
 from ddpcheck.model.memo import query
@@ -2189,6 +2189,9 @@ def _consumed_atom(model: ScriptModel, atom) -> Value:
     name = called_name(m, site)
     if name in MANAGED_LOADERS:
         return opaque(f"{name}() manages the loader")
+    applied = builtin_call(site)
+    if applied is not None and applied[0] == "iter":
+        return just(atom) | consumed(m, _value(m, applied[1]))   # `loader.__iter__()` as `iter(loader)`
     if name in NOT_ITERATING:
         return just(atom)
     # enumerate(loader), tqdm(loader), zip(a, b), metric_logger.log_every(loader, 10), a
@@ -2332,24 +2335,40 @@ def _first_of_each(found: list[Pass]) -> tuple[Pass, ...]:
     return tuple(kept)
 
 
+def builtin_call(site: CallSite) -> tuple[str, cst.BaseExpression] | None:
+    """(`iter`, `next` or `len`, the object it is applied to) for a call of
+    that builtin with its object as first argument (`next(it)`, `next(it,
+    None)`) or of the dunder method it calls, written out (`it.__next__()`,
+    `loader.__iter__()`); None otherwise."""
+    if site.func in ("iter", "next", "len"):
+        first = site.node.args[0] if site.node.args else None
+        if first is None or first.star or first.keyword is not None or \
+                (site.func != "next" and len(site.node.args) != 1):
+            return None
+        return site.func, first.value
+    if site.attr in DUNDER_BUILTINS and site.receiver is not None and not site.node.args:
+        return DUNDER_BUILTINS[site.attr], site.receiver
+    return None
+
+
 def _iter_passes(model: ScriptModel, fn: FunctionInfo | None) -> list[Pass]:
     """`it = iter(loader)` (re)made inside a loop and drained with `next(it)`
-    (FixMatch's `except StopIteration: it = iter(loader)`): a full pass per
-    remake. An `iter()` whose result is never `next()`-ed by name is a peek,
-    not a pass."""
+    (FixMatch's `except StopIteration: it = iter(loader)`; the same written
+    `it = loader.__iter__()` ... `it.__next__()`): a full pass per remake. An
+    `iter()` whose result is never `next()`-ed by name is a peek, not a pass."""
     found = []
-    calls = model.calls_in(fn)
-    nexted = {dotted_name(c.node.args[0].value) for c in calls
-              if c.func == "next" and c.node.args and not c.node.args[0].star}
+    applied = [b for b in map(builtin_call, model.calls_in(fn)) if b is not None]
+    nexted = {dotted_name(obj) for name, obj in applied if name == "next"}
     if not nexted:
         return found
     for a in model.assigns_in(fn):
         if a.key not in nexted or not isinstance(a.value, cst.Call) or a.augmented is not None:
             continue
         site = model.site_of.get(id(a.value))
-        if site is None or site.func != "iter" or len(site.node.args) != 1:
+        made = builtin_call(site) if site is not None else None
+        if made is None or made[0] != "iter":
             continue
-        consumed_value = _loaders_only(iterated(model, site.node.args[0].value))
+        consumed_value = _loaders_only(iterated(model, made[1]))
         if consumed_value:
             epoch = site.ctx.loops[-1] if site.ctx.loops else None
             found.append(Pass(consumed_value, None, model, epoch, model if epoch else None, iter_call=site))
@@ -2584,7 +2603,7 @@ __all__ = [
     "call_targets", "resolve_call", "calls_plain_function", "constructs", "called_qual", "called_qual_from", "called_name", "is_api_call", "callee_value",
     "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
     "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
-    "argument_expr", "binds_receiver", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
+    "argument_expr", "binds_receiver", "builtin_call", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
     "argument_places", "literal_entry", "entry_expressions", "field_expressions", "record_fields", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
     "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped", "params_handed_on",

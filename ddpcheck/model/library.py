@@ -33,6 +33,10 @@ RETURNS_COPY_OF_FIRST_ARGUMENT = frozenset({"copy.deepcopy", "copy.copy"})
 ITERATION_WRAPPERS = frozenset({"enumerate", "zip", "iter", "tqdm", "trange", "cycle", "chain", "islice",
                                 "reversed", "log_every", "track", "progress_bar", "Prefetcher",
                                 "DataPrefetcher", "data_prefetcher", "CudaDataLoader", "prefetch"})
+# Dunder methods written out stand for the builtins that call them: `it.__iter__()` is `iter(it)`,
+# `it.__next__()` is `next(it)`, `x.__len__()` is `len(x)`.
+DUNDER_BUILTINS = {"__iter__": "iter", "__next__": "next", "__len__": "len"}
+
 # Calls that take a loader but do not iterate it: `range(len(loader))`.
 NOT_ITERATING = frozenset({"range", "len", "int", "float", "str", "print", "min", "max", "isinstance",
                            "hasattr", "getattr", "type", "id", "DistributedDataParallel", "DataParallel"})
@@ -61,5 +65,5 @@ PROPERTY = frozenset({"property", "cached_property", "functools.cached_property"
 BUILTINS = frozenset(dir(builtins))
 
 
-__all__ = ["RETURNS_RECEIVER", "RETURNS_FIRST_ARGUMENT", "RETURNS_COPY_OF_FIRST_ARGUMENT", "ITERATION_WRAPPERS", "NOT_ITERATING", "MANAGED_LOADERS", "ITERABLE_KEYWORDS",
+__all__ = ["DUNDER_BUILTINS", "RETURNS_RECEIVER", "RETURNS_FIRST_ARGUMENT", "RETURNS_COPY_OF_FIRST_ARGUMENT", "ITERATION_WRAPPERS", "NOT_ITERATING", "MANAGED_LOADERS", "ITERABLE_KEYWORDS",
            "ELEMENTS_OF_FIRST", "ENTER_RETURNS_SELF", "STATIC", "CLASS_METHOD", "PROPERTY", "BUILTINS"]

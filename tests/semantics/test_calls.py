@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import textwrap
 
-from ddpcheck.model.flow import argument_expr, calls_plain_function, resolve_call
+from ddpcheck.model.flow import argument_expr, builtin_call, calls_plain_function, epoch_passes, resolve_call
 from ddpcheck.model.loads import feeds_load_state_dict
 from ddpcheck.model.writes import writes_on_every_rank
 from tests.conftest import write
@@ -95,3 +95,34 @@ def test_a_load_feeds_load_state_dict_in_the_statement_or_through_its_name():
     """)
     loads = {c.ctx.function.name: feeds_load_state_dict(model, c) for c in model.calls if c.func == "torch.load"}
     assert loads == {"a": True, "b": True, "c": False}
+
+
+def test_dunder_calls_written_out_are_the_builtins():
+    model = build("a = it.__next__()\nb = next(it, None)\nc = seq.__iter__()\nd = iter(seq)\n"
+                  "e = x.__len__()\nf = other.__next__(1)\ng = obj.next()\n")
+    found = {c.func: builtin_call(c) for c in model.calls}
+    told = {f: (b[0], model.module.code_for_node(b[1])) if b else None for f, b in found.items()}
+    assert told == {"it.__next__": ("next", "it"), "next": ("next", "it"), "seq.__iter__": ("iter", "seq"),
+                    "iter": ("iter", "seq"), "x.__len__": ("len", "x"), "other.__next__": None, "obj.next": None}
+
+
+ENDLESS = {
+    "builtins": "def endless(data):\n    it = iter(data)\n    while True:\n        try:\n"
+                "            yield next(it)\n        except StopIteration:\n            it = iter(data)\n",
+    "dunders": "def endless(data):\n    it = data.__iter__()\n    while True:\n        try:\n"
+               "            yield it.__next__()\n        except StopIteration:\n            it = data.__iter__()\n",
+}
+
+
+def test_an_endless_generator_written_with_dunders_passes_over_its_loader_like_one_with_builtins(tmp_path):
+    seen = {}
+    for form, helper in ENDLESS.items():
+        folder = tmp_path / form
+        write(folder / "loops.py", helper)
+        train = write(folder / "train.py", "from torch.utils.data import DataLoader\nfrom loops import endless\n"
+                                           "loader = DataLoader(ds, batch_size=4)\nbatches = endless(loader)\n"
+                                           "for step in range(100):\n    batch = next(batches)\n")
+        model = build_file(train)
+        loader = next(c for c in model.calls if c.func == "DataLoader")
+        seen[form] = any(p.consumed.holds(model, loader) for p in epoch_passes(model))
+    assert seen == {"builtins": True, "dunders": True}
