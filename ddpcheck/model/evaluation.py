@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from ddpcheck.model.flow import Pass, argument_expr, bindings_seen, every_pass, resolve_call
+from ddpcheck.model.flow import Pass, argument_expr, bindings_seen, called_name, every_pass, resolve_call
+from ddpcheck.model.library import NOT_ITERATING
+from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel
 from ddpcheck.model.guards import worlds_from_call
@@ -125,19 +127,52 @@ def _eval_function(fn: FunctionInfo | None) -> bool:
 @query
 def is_eval_loader(model: ScriptModel, loader: LoaderInfo) -> bool:
     """Named like evaluation data (`val_loader`, `data_loader_test`,
-    `testloader`, `sampler_val`), or not named like training data and only
-    iterated without gradients or in an evaluation function."""
+    `testloader`, `sampler_val`), or only iterated without gradients or in an
+    evaluation function. A loader named like training data
+    (`target_train_loader`) is judged by its use only when every use can be
+    seen: each pass over it is such a loop, and every call its name is handed
+    to is a function of the tree or a builtin that does not iterate it."""
     names = [n for n in [loader.key or ""] + [s.key or "" for s in loader.samplers] if n]
     if loader.looks_like_eval() or any(EVAL_LOADER_NAME.search(n) for n in names):
-        result = True
-    elif any(TRAIN_NAME.search(n) for n in names):
-        result = False
-    else:
-        loops = loader_loops(model, loader)
-        result = bool(loops) and all(
-            no_grad(l.model, l.loop.ctx) or _eval_function(l.function) for l in loops
-        )
-    return result
+        return True
+    if any(TRAIN_NAME.search(n) for n in names):
+        return _evaluated_only(model, loader)
+    loops = loader_loops(model, loader)
+    return bool(loops) and all(_evaluating(l.model, l.loop) for l in loops)
+
+
+def _evaluating(model: ScriptModel, loop: Loop) -> bool:
+    """A loop that evaluates: it runs without gradients, sits in an evaluation
+    function (`validate`, `test`), or runs its work per batch under `with
+    torch.no_grad():` and never calls `backward()` or an optimizer's `step()`."""
+    fn = loop.ctx.function
+    if no_grad(model, loop.ctx) or _eval_function(fn):
+        return True
+    inside = [c for c in model.calls_in(fn) if any(l is loop for l in c.ctx.loops)]
+    return any(c.ctx.no_grad for c in inside) and not any(c.attr in ("backward", "step") for c in inside)
+
+
+def _evaluated_only(model: ScriptModel, loader: LoaderInfo) -> bool:
+    """Every pass over the loader is a `for` loop without gradients or in an
+    evaluation function (no `next(it)` stream, no training loop), and its
+    name is handed only to functions of the tree or to builtins that do not
+    iterate it (`len(loader)`): a library that might train on it
+    (`trainer.fit(train_loader)`) leaves the name's word standing."""
+    seen = False
+    for _fn, p in every_pass(model):
+        if not p.consumed.holds(loader.model, loader.site) or \
+                (loader.binding is not None and not _fed_by(model, p, loader.binding)):
+            continue
+        if p.loop is None or not _evaluating(p.loop_model, p.loop):
+            return False
+        seen = True
+    if not seen or loader.key is None:
+        return False
+    for c in model.calls_in(loader.scope):
+        if any(not a.star and reads_name(reads(model, a.value), loader.key) for a in c.node.args) and \
+                resolve_call(model, c) is None and called_name(model, c) not in NOT_ITERATING:
+            return False
+    return True
 
 
 def _made_in_a_single_process(model: ScriptModel, loader: LoaderInfo, atom) -> bool:

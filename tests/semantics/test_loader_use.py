@@ -1,0 +1,66 @@
+"""Which loaders are evaluation data: a loader is judged by its name when the
+name says evaluation, and by its use otherwise. A loader named like training
+data is evaluation data only when every use of it can be seen and evaluates:
+each pass is a loop without gradients, in an evaluation function or with its
+work under a per-batch `no_grad`, and its name reaches no call that might
+train on it."""
+
+from __future__ import annotations
+
+from ddpcheck.model.evaluation import is_eval_loader
+from ddpcheck.model.values import loaders
+from tests.semantics.helpers import build
+
+HEAD = """
+import torch
+from torch.utils.data import DataLoader
+
+def score(model, loader):
+    out = []
+    for x, y in loader:
+        with torch.no_grad():
+            out.append(model(x))
+    return out
+
+def fit(model, loader, opt):
+    for x, y in loader:
+        with torch.no_grad():
+            x = x.half()
+        model(x).sum().backward()
+        opt.step()
+"""
+
+
+def _judged(tail: str) -> dict[str, bool]:
+    model = build(HEAD + tail)
+    return {l.key: is_eval_loader(model, l) for l in loaders(model)}
+
+
+def test_a_loader_named_like_training_data_but_only_scored_is_evaluation_data():
+    assert _judged("target_train_loader = DataLoader(ds)\nscore(net, target_train_loader)\n") == \
+        {"target_train_loader": True}
+
+
+def test_a_training_loop_over_it_keeps_it_training_data():
+    assert _judged("train_loader = DataLoader(ds)\nfit(net, train_loader, opt)\nscore(net, train_loader)\n") == \
+        {"train_loader": False}
+
+
+def test_a_stream_drained_with_next_keeps_it_training_data():
+    assert _judged("train_loader = DataLoader(ds)\nscore(net, train_loader)\nit = iter(train_loader)\n"
+                   "for step in range(9):\n    batch = next(it)\n") == {"train_loader": False}
+
+
+def test_a_library_call_handed_the_name_keeps_it_training_data():
+    assert _judged("import engine_lib\ntrain_loader = DataLoader(ds)\nengine_lib.run(train_loader)\n"
+                   "score(net, train_loader)\nn = len(train_loader)\n") == {"train_loader": False}
+
+
+def test_len_of_the_loader_is_not_a_use_that_trains():
+    assert _judged("train_loader = DataLoader(ds)\nn = len(train_loader)\nscore(net, train_loader)\n") == \
+        {"train_loader": True}
+
+
+def test_an_unnamed_loader_whose_loop_works_under_no_grad_without_backward_is_evaluation_data():
+    assert _judged("a = DataLoader(ds)\nscore(net, a)\nb = DataLoader(ds)\nfit(net, b, opt)\n") == \
+        {"a": True, "b": False}
