@@ -224,10 +224,11 @@ class LrNotScaled(Rule):
 
 def _batch_read_here(model: ScriptModel, loader) -> tuple[ScriptModel, cst.BaseExpression] | None:
     """The loader's per-rank batch where it is plain config or a literal: as
-    the builder writes it, or, a parameter of a builder of another module, as
-    the call of this file passes it (`build_loader(ds, cfg.batch_size)`)."""
+    the builder writes it, or, a parameter of a builder (of this file or
+    another module), as the call of this file passes it
+    (`build_loader(ds, cfg.batch_size)`)."""
     expr = loader.batch_size
-    if loader.held and loader.via is not None and loader.model is not model:
+    if loader.held and loader.via is not None:
         here = expression_at_call(model, loader.via, loader.model, expr)
         if here is not None:
             return (model, here) if _plain(model, here, loader.via.ctx.function) else None
