@@ -160,10 +160,13 @@ def _evaluated_only(model: ScriptModel, loader: LoaderInfo) -> bool:
     (`trainer.fit(train_loader)`) leaves the name's word standing."""
     seen = False
     for _fn, p in every_pass(model):
-        if not p.consumed.holds(loader.model, loader.site) or \
-                (loader.binding is not None and not _fed_by(model, p, loader.binding)):
+        if not p.consumed.holds(loader.model, loader.site):
             continue
-        if p.loop is None or not _evaluating(p.loop_model, p.loop):
+        if p.loop is None:
+            return False   # a stream drained with `next()`: which holder it reads is not told apart here
+        if loader.binding is not None and not _fed_by(model, p, loader.binding):
+            continue
+        if not _evaluating(p.loop_model, p.loop):
             return False
         seen = True
     if not seen or loader.key is None:

@@ -2238,7 +2238,8 @@ class Pass:
         """The expression the pass iterates (`loader` in `for b in loader` / `iter(loader)`)."""
         if self.loop is not None:
             return self.loop.iter
-        return self.iter_call.node.args[0].value if self.iter_call is not None and self.iter_call.node.args else None
+        applied = builtin_call(self.iter_call) if self.iter_call is not None else None
+        return applied[1] if applied is not None else None
 
 
 # A module whose functions can make or iterate a data loader names one:

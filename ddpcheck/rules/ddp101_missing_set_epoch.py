@@ -6,7 +6,7 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.model.flow import Made, Pass, Value, constant_of, every_pass, value_at
+from ddpcheck.model.flow import Made, Pass, Value, argument_expr, call_sites_of, constant_of, every_pass, value_at
 from ddpcheck.model.script import CallSite, Loop, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerInfo, loaders, looks_like_eval_name
@@ -145,7 +145,29 @@ def _eval_name(model: ScriptModel, p: Pass, atom: Made) -> bool:
     """The loop iterates something named like an evaluation loader (`val_loader`
     handed to `evaluate(model, loader)`)."""
     name = _held_as(model, p, atom)
-    return bool(name and looks_like_eval_name(name))
+    return bool(name and looks_like_eval_name(name)) or _handed_in_as_eval(model, p, atom)
+
+
+def _handed_in_as_eval(model: ScriptModel, p: Pass, atom: Made) -> bool:
+    """The pass iterates a parameter of its function (an endless-stream
+    helper `def forever(loader): ...`), and every call of the function in
+    the file that hands it this loader names it like evaluation data
+    (`forever(valid_loader_)`): one builder making both loaders gives them
+    one allocation site, so the caller's name tells them apart."""
+    source = p.source
+    ctx = p.loop.ctx if p.loop is not None else p.iter_call.ctx if p.iter_call is not None else None
+    fn = ctx.function if ctx is not None else None
+    if p.loop_model is not model or fn is None or not isinstance(source, cst.Name) or source.value not in fn.params:
+        return False
+    names = []
+    for call in call_sites_of(model, fn) or ():
+        bound, arg = argument_expr(call, fn, source.value)
+        name = _holding_name(model, arg, call.ctx.function, call.stmt, atom) if bound and arg is not None else None
+        if bound and arg is not None and name is None and atom in value_at(model, arg, call.ctx.function, call.stmt).atoms:
+            return False   # handed in by an expression with no name
+        if name is not None:
+            names.append(name)
+    return bool(names) and all(looks_like_eval_name(n) for n in names)
 
 
 def _held_as(model: ScriptModel, p: Pass, atom: Made) -> str | None:

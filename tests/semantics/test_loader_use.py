@@ -8,7 +8,7 @@ train on it."""
 from __future__ import annotations
 
 from ddpcheck.model.evaluation import is_eval_loader
-from ddpcheck.model.values import loaders
+from ddpcheck.model.values import held_loaders, loaders
 from tests.semantics.helpers import build
 
 HEAD = """
@@ -64,3 +64,23 @@ def test_len_of_the_loader_is_not_a_use_that_trains():
 def test_an_unnamed_loader_whose_loop_works_under_no_grad_without_backward_is_evaluation_data():
     assert _judged("a = DataLoader(ds)\nscore(net, a)\nb = DataLoader(ds)\nfit(net, b, opt)\n") == \
         {"a": True, "b": False}
+
+
+def test_a_held_loader_drained_by_a_stream_helper_stays_training_data():
+    model = build(HEAD + """
+def make(ds):
+    return DataLoader(ds)
+
+def endless(loader):
+    it = loader.__iter__()
+    while True:
+        try:
+            yield it.__next__()
+        except StopIteration:
+            it = loader.__iter__()
+
+train_loader = make(ds)
+stream = endless(train_loader)
+score(net, train_loader)
+""")
+    assert {l.key: is_eval_loader(model, l) for l in held_loaders(model)} == {"train_loader": False}
