@@ -148,8 +148,18 @@ def _evaluating(model: ScriptModel, loop: Loop) -> bool:
     fn = loop.ctx.function
     if no_grad(model, loop.ctx) or _eval_function(fn):
         return True
-    inside = [c for c in model.calls_in(fn) if any(l is loop for l in c.ctx.loops)]
-    return any(c.ctx.no_grad for c in inside) and not any(c.attr in ("backward", "step") for c in inside)
+    inside = _calls_inside(model, loop)
+    return any(c.ctx.no_grad for c in inside) and not _trains(inside)
+
+
+def _calls_inside(model: ScriptModel, loop: Loop) -> list[CallSite]:
+    return [c for c in model.calls_in(loop.ctx.function) if any(l is loop for l in c.ctx.loops)]
+
+
+def _trains(calls: list[CallSite]) -> bool:
+    """Some call steps an optimizer or runs a backward pass (`loss.backward()`,
+    `optimizer.step()`)."""
+    return any(c.attr in ("backward", "step") for c in calls)
 
 
 def _evaluated_only(model: ScriptModel, loader: LoaderInfo) -> bool:
@@ -166,8 +176,8 @@ def _evaluated_only(model: ScriptModel, loader: LoaderInfo) -> bool:
             return False   # a stream drained with `next()`: which holder it reads is not told apart here
         if loader.binding is not None and not _fed_by(model, p, loader.binding):
             continue
-        if not _evaluating(p.loop_model, p.loop):
-            return False
+        if not _evaluating(p.loop_model, p.loop) or _trains(_calls_inside(p.loop_model, p.loop)):
+            return False   # a training loop, whatever its function is called (`_eval_train` doing backward())
         seen = True
     if not seen or loader.key is None:
         return False

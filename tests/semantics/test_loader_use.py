@@ -84,3 +84,15 @@ stream = endless(train_loader)
 score(net, train_loader)
 """)
     assert {l.key: is_eval_loader(model, l) for l in held_loaders(model)} == {"train_loader": False}
+
+
+def test_a_loop_that_runs_backward_keeps_training_data_whatever_its_function_is_called():
+    assert _judged("""
+def _eval_train(model, loader, opt):
+    for x, y in loader:
+        model(x).sum().backward()
+        opt.step()
+
+train_loader = DataLoader(ds)
+_eval_train(net, train_loader, opt)
+""") == {"train_loader": False}
