@@ -16,7 +16,9 @@ Evidence, in the order a reader would look:
   `*.txt`, `*.slurm`, `*.sbatch`, `*.yaml`) with a command line naming it:
   the path written there, resolved from the document's folder or one above
   it (`bash_script/run.sh` runs `../train.py` or `train.py` from the example's
-  folder; the top README names `examples/seg/train.py`), must be the script;
+  folder; the top README names `examples/seg/train.py`; a shell script may
+  keep it in a variable it sets, `SCRIPT=train.py` ... `torchrun $SCRIPT`),
+  must be the script;
 - a Python file next to it that imports it and submits it with submitit.
 
 The project is searched from the configured root, else from the nearest
@@ -261,20 +263,47 @@ def _command_text(line: str) -> str:
     return text[m.end():].rstrip("\"'") if m else text
 
 
+_VAR_REF = re.compile(r"\$\{([A-Za-z_]\w*)\}|\$([A-Za-z_]\w*)")
+
+
+def _expand(token: str, shell: dict[str, str], seen: frozenset[str] = frozenset()) -> str:
+    """`token` with the shell variables the script sets replaced by their
+    values, through any number of `$VAR`s (`SCRIPT=train.py` ... `torchrun
+    $SCRIPT`); a variable it does not set stays as written."""
+    def value(m: re.Match) -> str:
+        name = m.group(1) or m.group(2)
+        if name in seen or name not in shell:
+            return m.group(0)
+        return _expand(shell[name], shell, seen | {name})
+    return _VAR_REF.sub(value, token)
+
+
+def _script_token(token: str, shell: dict[str, str]) -> str | None:
+    """The `.py` path a command-line token names, as written or through the
+    shell variables that hold it; None for any other token."""
+    if not token.endswith(".py") and "$" in token and shell:
+        token = _expand(token, shell)
+    return token if token.endswith(".py") and _SCRIPT_TOKEN.match(token) else None
+
+
 def commands_in_text(text: str, where: str, shell: dict[str, str] | None = None
                      ) -> list[tuple[str, LaunchCommand]]:
     """(script token, command) for each command line of `text` that runs a
-    `.py` file through a launcher or Python."""
+    `.py` file through a launcher or Python (written out, or kept in a shell
+    variable of the script: `torchrun ... $SCRIPT`)."""
     found = []
     if shell is None:
         shell = _shell_values(text) if where.endswith((".sh", ".bash", ".slurm", ".sbatch", ".job")) else {}
     shell_file = where.endswith((".sh", ".bash", ".slurm", ".sbatch", ".job"))
+    scripts_in_variables = any(v.endswith(".py") for v in shell.values())
     for number, line in _logical_lines(text):
-        if ".py" not in line or (shell_file and line.lstrip().startswith("#")):
+        if ".py" not in line and not (scripts_in_variables and "$" in line) \
+                or (shell_file and line.lstrip().startswith("#")):
             continue   # a commented-out command of a shell script is not how it runs
         tokens = _tokens(line)
-        for i, token in enumerate(tokens):
-            if not token.endswith(".py") or not _SCRIPT_TOKEN.match(token):
+        for i, written in enumerate(tokens):
+            token = _script_token(written, shell)
+            if token is None:
                 continue
             launcher = _launcher_of(tokens[:i])
             if launcher is None:

@@ -62,6 +62,19 @@ def test_shell_variables_continuations_and_divisions():
     assert unknown.processes is None
 
 
+def test_a_script_kept_in_a_shell_variable():
+    text = ("#!/bin/bash\nGPUS=${2:-4}\nNGPU=4\nMAIN=tools/train.py\nENTRY=$MAIN\n"
+            "python -m torch.distributed.launch --nproc_per_node=$NGPU ${ENTRY} --cfg $1\n"
+            "torchrun --nproc_per_node 2 $UNSET_SCRIPT\n")
+    (token, command), = commands_in_text(text, "dist_train.sh")
+    assert token == "tools/train.py" and command.launcher == TORCH_LAUNCH and command.processes == 4
+    assert command.where == "dist_train.sh:6"
+    # a README's `$SCRIPT` names nothing: only a shell script's own assignments are read
+    assert commands_in_text("SCRIPT=train.py\ntorchrun $SCRIPT\n", "README.md") == []
+    # a loop of variables that never ends in a path names nothing
+    assert commands_in_text("A=$B\nB=$A\ntorchrun $A\n", "run.sh") == []
+
+
 def test_documents_name_the_script_by_path(tmp_path):
     script = write(tmp_path / "examples" / "seg" / "train.py", "x = 1\n")
     other = write(tmp_path / "examples" / "cls" / "train.py", "x = 1\n")
