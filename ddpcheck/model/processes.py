@@ -12,6 +12,14 @@ shows one process:
   positional 1 is not looked for); or
 - it starts no group of its own and every Lightning `Fabric` / `Trainer` it
   builds is given the literal `devices=1` (with no `num_nodes`); or
+- it starts no group of its own, wraps nothing in DDP, and loads its model
+  with `from_pretrained(..., device_map="auto")` (or `"balanced"`,
+  `"balanced_low_0"`, `"sequential"`) on every path, with no other
+  `device_map` anywhere: that spreads one model over every visible GPU in
+  one process, and transformers' Trainer and accelerate refuse to train
+  such a model in any distributed mode ("You can't train a model that has
+  been loaded with `device_map='auto'` in any distributed mode"), so the
+  script cannot run as several ranks; or
 - every documented launch command of the script (model/launch.py) that
   names a process count runs one process (`--nproc_per_node=1`,
   `--num_gpus 1`), and there is at least one.
@@ -37,6 +45,7 @@ from ddpcheck.model.flow import called_qual
 from ddpcheck.model.launch import launch_commands, through_launchers
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import ScriptModel
+from ddpcheck.model.values import wraps
 
 
 _WORLD_OF_ONE = re.compile(r"world_size\s*=\s*1\b")
@@ -59,6 +68,33 @@ def _lightning_on_one_device(model: ScriptModel) -> bool:
                                and not c.has_star_args for c in built)
 
 
+# `device_map` values with which accelerate's big-model loading spreads one
+# model over all the GPUs the process sees (naive model parallelism)
+_SPREAD_DEVICE_MAPS = frozenset({"auto", "balanced", "balanced_low_0", "sequential"})
+
+
+def _spread_device_map(site) -> bool | None:
+    """True: `site` passes a literal `device_map` that spreads the model over
+    every GPU; False: it passes another one (`{"": local_rank}`, a name, a
+    conditional); None: it passes none."""
+    expr = site.arg("device_map")
+    if expr is None:
+        return False if site.has_star_args else None
+    return isinstance(expr, cst.SimpleString) and expr.evaluated_value in _SPREAD_DEVICE_MAPS
+
+
+def _model_spread_over_gpus(model: ScriptModel) -> bool:
+    """The script's model is spread over the GPUs of one process on every
+    path, and nothing of its own makes it distributed (see the docstring)."""
+    if any(is_init_call(model, c) for c in model.calls) or any(w.kind == "DistributedDataParallel"
+                                                                for w in wraps(model)):
+        return False
+    loads = [(c, _spread_device_map(c)) for c in model.calls if c.attr == "from_pretrained"]
+    if any(spread is False for _, spread in loads):
+        return False
+    return any(spread and not c.ctx.branches and not c.ctx.opaque for c, spread in loads)
+
+
 @query(on_cycle=None)
 def one_process(model: ScriptModel) -> str | None:
     """Why the script runs as one process (for messages and tests), or None
@@ -69,6 +105,8 @@ def one_process(model: ScriptModel) -> str | None:
             return "its process group is started with `world_size=1`"
     if _ONE_DEVICE.search(model.text) and _lightning_on_one_device(model):
         return "Lightning is given `devices=1`: it starts one process"
+    if "device_map" in model.text and _model_spread_over_gpus(model):
+        return "its model is loaded with a `device_map` that spreads it over the GPUs of one process"
     commands = through_launchers(launch_commands(model))
     if not commands or any(c.processes != 1 or c.count_in_variable for c in commands):
         return None

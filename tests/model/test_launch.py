@@ -156,3 +156,27 @@ def test_a_count_kept_in_a_shell_variable_is_a_knob_not_one_process(tmp_path):
     assert one_process(model_of(path, code)) is None
     write(tmp_path / "launch.sh", "python -m torch.distributed.launch --nproc_per_node=1 train.py cfg.py\n")
     assert "one process" in one_process(model_of(path, code))   # written as a literal: one process
+
+
+def test_a_model_spread_over_the_gpus_of_one_process(tmp_path):
+    code = ("import os\nfrom transformers import AutoModelForCausalLM, AutoTokenizer, Trainer\n"
+            "tok = AutoTokenizer.from_pretrained('m')\n"
+            "model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+            "Trainer(model=model).train()\n")
+    assert "device_map" in one_process(model_of(tmp_path / "a.py", code))
+    # the model on this rank's own GPU: one rank per GPU under torchrun
+    per_rank = code.replace("device_map='auto'", "device_map={'': int(os.environ['LOCAL_RANK'])}")
+    assert one_process(model_of(tmp_path / "b.py", per_rank)) is None
+    # spread only on one arm of a test: the other arm may run as several ranks
+    arm = code.replace("model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')",
+                       "if os.environ.get('WORLD_SIZE') is None:\n"
+                       "    model = AutoModelForCausalLM.from_pretrained('m', device_map='auto')\n"
+                       "else:\n    model = AutoModelForCausalLM.from_pretrained('m')")
+    assert one_process(model_of(tmp_path / "c.py", arm)) is None
+    # a device map chosen at run time, another load with its own map, a group of its own
+    chosen = code.replace("device_map='auto'", "device_map='auto' if single else None")
+    assert one_process(model_of(tmp_path / "d.py", chosen)) is None
+    second = code + "ref = AutoModelForCausalLM.from_pretrained('m', device_map={'': 0})\n"
+    assert one_process(model_of(tmp_path / "e.py", second)) is None
+    grouped = "import torch.distributed as dist\ndist.init_process_group('nccl')\n" + code
+    assert one_process(model_of(tmp_path / "f.py", grouped)) is None
