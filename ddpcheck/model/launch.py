@@ -302,7 +302,10 @@ def commands_in_text(text: str, where: str, shell: dict[str, str] | None = None
             continue   # a commented-out command of a shell script is not how it runs
         tokens = _tokens(line)
         for i, written in enumerate(tokens):
-            token = _script_token(written, shell)
+            # a variable is read only where no path is written before it: in
+            # `launch $(dirname "$0")/train.py $CONFIG` the script is the path
+            # written, and `$CONFIG` may hold a `.py` config
+            token = _script_token(written, shell if not any(t.endswith(".py") for t in tokens[:i]) else {})
             if token is None:
                 continue
             launcher = _launcher_of(tokens[:i])

@@ -71,6 +71,9 @@ def test_a_script_kept_in_a_shell_variable():
     assert command.where == "dist_train.sh:6"
     # a README's `$SCRIPT` names nothing: only a shell script's own assignments are read
     assert commands_in_text("SCRIPT=train.py\ntorchrun $SCRIPT\n", "README.md") == []
+    # a `.py` config in a variable after the script's written path is not the script
+    assert commands_in_text('CONFIG=configs/retina.py\npython -m torch.distributed.launch $(dirname "$0")/train.py'
+                            ' $CONFIG\n', "dist_train.sh") == []
     # a loop of variables that never ends in a path names nothing
     assert commands_in_text("A=$B\nB=$A\ntorchrun $A\n", "run.sh") == []
 
