@@ -405,9 +405,12 @@ class ScriptModel:
 
     @query
     def _class_name_nodes(self) -> set[int]:
-        """The name nodes of `class X:` statements, and of the base classes
-        they name (`class Child(X):` subclasses X, it does not construct it)."""
-        found: set[int] = set()
+        """The name nodes of `class X:` statements, of the base classes they
+        name (`class Child(X):` subclasses X, it does not construct it), and
+        of the class named to `super(X, self)` (Python 2's spelling of
+        `super()`: it constructs nothing)."""
+        found: set[int] = {id(c.node.args[0].value) for c in self.calls
+                           if c.func == "super" and len(c.node.args) == 2 and isinstance(c.node.args[0].value, cst.Name)}
         stack = list(self.module.body)
         while stack:
             node = stack.pop()

@@ -6,6 +6,7 @@ unjudged."""
 
 from __future__ import annotations
 
+from ddpcheck.model.flow import call_sites_of
 from ddpcheck.model.reach import other_ranks_reach
 from tests.conftest import write
 from tests.semantics.helpers import build, build_file, marked
@@ -93,3 +94,40 @@ def test_a_function_nobody_runs_is_not_judged():
             use(cfg)
         """)
     assert not reached(model)
+
+
+_RESUMABLE = ("import torch.distributed as dist\n"
+              "class Net:\n"
+              "    def __init__(self, width, resume=False, weights=''):\n"
+              "        super(Net, self).__init__()\n"
+              "        if resume:\n"
+              "            use(weights)\n"
+              "def main(flag):\n"
+              "    dist.init_process_group('nccl')\n"
+              "    net = {call}\n"
+              "main(read_flag())\n")
+
+
+def test_an_arm_no_call_of_the_file_enters_is_not_run():
+    # every construction leaves `resume` at its default False: the arm never runs
+    assert not reached(build(_RESUMABLE.format(call="Net(128)")))
+    assert not reached(build(_RESUMABLE.format(call="Net(128, resume=False)")))
+
+
+def test_an_arm_some_call_may_enter_is_run():
+    assert reached(build(_RESUMABLE.format(call="Net(128, resume=True, weights='w.pt')")))
+    assert reached(build(_RESUMABLE.format(call="Net(128, resume=flag)")))   # unknown: may be taken
+    both = _RESUMABLE.format(call="Net(128)\n    other = Net(64, True)")
+    assert reached(build(both))
+
+
+def test_a_function_whose_callers_are_unknown_keeps_its_arms():
+    # handed on (`factory = Net`): some caller elsewhere may pass resume=True
+    assert reached(build(_RESUMABLE.format(call="build(Net)")))
+
+
+def test_super_naming_its_class_constructs_nothing():
+    # `super(Net, self)` is no use of Net that hides its callers
+    model = build(_RESUMABLE.format(call="Net(128)"))
+    _, site = marked(model)
+    assert [c.func for c in call_sites_of(model, site.ctx.function)] == ["Net"]
