@@ -9,12 +9,16 @@ local module (`evaluate(model, val_loader)` -> `for x, y in data_loader:`).
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
 import libcst as cst
 
-from ddpcheck.model.flow import Pass, argument_expr, bindings_seen, called_name, every_pass, resolve_call
+from ddpcheck.model.flow import (
+    Pass, argument_expr, bindings_seen, called_name, called_qual, every_pass, resolve_call, value_of,
+)
+from ddpcheck.model.names import dotted_name
 from ddpcheck.model.library import NOT_ITERATING
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.memo import query
@@ -144,22 +148,59 @@ def is_eval_loader(model: ScriptModel, loader: LoaderInfo) -> bool:
 def _evaluating(model: ScriptModel, loop: Loop) -> bool:
     """A loop that evaluates: it runs without gradients, sits in an evaluation
     function (`validate`, `test`), or runs its work per batch under `with
-    torch.no_grad():` and never calls `backward()` or an optimizer's `step()`."""
+    torch.no_grad():` and never trains (`_trains`: no `backward()`, no
+    optimizer `step()`, no call that does either or is handed an optimizer)."""
     fn = loop.ctx.function
     if no_grad(model, loop.ctx) or _eval_function(fn):
         return True
     inside = _calls_inside(model, loop)
-    return any(c.ctx.no_grad for c in inside) and not _trains(inside)
+    return any(c.ctx.no_grad for c in inside) and not _trains(model, inside)
 
 
 def _calls_inside(model: ScriptModel, loop: Loop) -> list[CallSite]:
     return [c for c in model.calls_in(loop.ctx.function) if any(l is loop for l in c.ctx.loops)]
 
 
-def _trains(calls: list[CallSite]) -> bool:
-    """Some call steps an optimizer or runs a backward pass (`loss.backward()`,
-    `optimizer.step()`)."""
-    return any(c.attr in ("backward", "step") for c in calls)
+# what an optimizer or a gradient scaler is called when its value is not followed
+_OPTIMIZER_NAME = re.compile(r"(^|_)(optim\w*|opt|scaler)$", re.I)
+
+
+def _trains(model: ScriptModel, calls: list[CallSite]) -> bool:
+    """Some call trains: it runs a backward pass or steps an optimizer
+    (`loss.backward()`, `optimizer.step()`), runs a function of the tree
+    that does, any number of calls down (`train_step(model, batch, opt)`),
+    or is handed an optimizer or a gradient scaler (`loss_scaler(loss,
+    optimizer)`: a library's step helper). An EMA update or a teacher's
+    forward under `no_grad` in such a loop does not make it an evaluation."""
+    for c in calls:
+        if c.attr in ("backward", "step"):
+            return True
+        if any(not a.star and _optimizer(model, a.value) for a in c.node.args):
+            return True
+        target = resolve_call(model, c)
+        if target is not None and _function_trains(*target):
+            return True
+    return False
+
+
+@query(on_cycle=False)   # a recursion adds no backward of its own
+def _function_trains(model: ScriptModel, fn: FunctionInfo) -> bool:
+    return _trains(model, model.calls_in(fn))
+
+
+def _optimizer(model: ScriptModel, expr: cst.BaseExpression) -> bool:
+    """`expr` holds an optimizer or a gradient scaler: one made by torch
+    (`torch.optim.*`, `GradScaler`), or, when its value is not followed,
+    one named so (`optimizer`, `opt`, `loss_scaler`)."""
+    made = value_of(model, expr).made
+    if any(_optimizer_qual(called_qual(a.model, a.site) or "") for a in made):
+        return True
+    name = dotted_name(expr)
+    return not made and name is not None and bool(_OPTIMIZER_NAME.search(name.rpartition(".")[2]))
+
+
+def _optimizer_qual(qual: str) -> bool:
+    return (qual.startswith("torch.optim.") and ".lr_scheduler." not in qual) or qual.endswith(".GradScaler")
 
 
 def _evaluated_only(model: ScriptModel, loader: LoaderInfo) -> bool:
@@ -176,7 +217,7 @@ def _evaluated_only(model: ScriptModel, loader: LoaderInfo) -> bool:
             return False   # a stream drained with `next()`: which holder it reads is not told apart here
         if loader.binding is not None and not _fed_by(model, p, loader.binding):
             continue
-        if not _evaluating(p.loop_model, p.loop) or _trains(_calls_inside(p.loop_model, p.loop)):
+        if not _evaluating(p.loop_model, p.loop) or _trains(p.loop_model, _calls_inside(p.loop_model, p.loop)):
             return False   # a training loop, whatever its function is called (`_eval_train` doing backward())
         seen = True
     if not seen or loader.key is None:

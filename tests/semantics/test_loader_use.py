@@ -96,3 +96,53 @@ def _eval_train(model, loader, opt):
 train_loader = DataLoader(ds)
 _eval_train(net, train_loader, opt)
 """) == {"train_loader": False}
+
+
+_ONE_CALL_DOWN = """
+def train_step(model, batch):
+    loss = model(batch).sum()
+    loss.backward()
+    return loss
+
+def epoch_with_ema(model, ema, loader, step=train_step):
+    for batch in loader:
+        train_step(model, batch)
+        with torch.no_grad():
+            ema.update(model)
+
+def epoch_with_scaler(model, teacher, loader, optimizer, loss_scaler):
+    for x, y in loader:
+        with torch.no_grad():
+            soft = teacher(x)
+        loss = (model(x) - soft).pow(2).mean()
+        loss_scaler(loss, optimizer)
+
+def epoch_with_made_optimizer(model, teacher, loader):
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    for x, y in loader:
+        with torch.no_grad():
+            soft = teacher(x)
+        apply_update(model(x) - soft, sgd)
+"""
+
+
+def test_a_training_step_one_call_down_keeps_the_loop_training():
+    # the no_grad block is an EMA update; backward() runs in train_step
+    assert _judged(_ONE_CALL_DOWN + "data_loader = DataLoader(ds)\nepoch_with_ema(net, ema, data_loader)\n") == \
+        {"data_loader": False}
+
+
+def test_a_call_handed_an_optimizer_or_a_scaler_trains():
+    # `loss_scaler(loss, optimizer)` (a library's step helper), an optimizer torch made
+    assert _judged(_ONE_CALL_DOWN + "data_loader = DataLoader(ds)\n"
+                   "epoch_with_scaler(net, teacher, data_loader, opt, scaler)\n") == {"data_loader": False}
+    assert _judged(_ONE_CALL_DOWN + "data_loader = DataLoader(ds)\n"
+                   "epoch_with_made_optimizer(net, teacher, data_loader)\n") == {"data_loader": False}
+
+
+def test_a_scoring_loop_that_only_calls_plain_helpers_still_evaluates():
+    assert _judged(_ONE_CALL_DOWN + "def metric(a, b):\n    return (a == b).float().mean()\n"
+                   "def rate(model, loader):\n    for x, y in loader:\n        with torch.no_grad():\n"
+                   "            p = model(x)\n        metric(p, y)\n"
+                   "target_train_loader = DataLoader(ds)\nrate(net, target_train_loader)\n") == \
+        {"target_train_loader": True}
