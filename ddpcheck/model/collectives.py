@@ -32,7 +32,8 @@ from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import DDP_NAMES, DDP_NEED, call_site, exclusive, is_ddp_wrap
-from ddpcheck.model.flow import binds_receiver, bindings_seen, called_qual, instance_of, value_of
+from ddpcheck.model.buffers import holds_buffers
+from ddpcheck.model.flow import Made, binds_receiver, bindings_seen, called_qual, instance_of, value_of
 from ddpcheck.model.worlds import DISTRIBUTED, only_some_ranks
 from ddpcheck.model.flow import resolve_call
 
@@ -162,12 +163,25 @@ def holds_ddp(model: ScriptModel, expr: cst.BaseExpression, scope: FunctionInfo 
               before: int | None = None) -> CallSite | None:
     """The DDP wrap (with broadcast_buffers on) that `expr` holds where it
     is read, if any (a parameter: the caller decides, see `calls_param`)."""
+    made = _ddp_made(model, expr)
+    return made.site if made is not None else None
+
+
+def _ddp_made(model: ScriptModel, expr: cst.BaseExpression) -> Made | None:
+    """The DDP wrap (with broadcast_buffers on) `expr` holds, as the object made there."""
     if not isinstance(expr, (cst.Name, cst.Attribute)):
         return None
-    wrapped = sorted((a.site for a in value_of(model, expr).made
+    wrapped = sorted((a for a in value_of(model, expr).made
                       if is_ddp_wrap(a.model, a.site) and not (a.site.qual or "").startswith("apex.")),
-                     key=lambda site: site.ctx.order)
-    return next((site for site in wrapped if _wrap_broadcasts(site)), None)
+                     key=lambda a: a.site.ctx.order)
+    return next((a for a in wrapped if _wrap_broadcasts(a.site)), None)
+
+
+def wraps_module_with_buffers(model: ScriptModel, expr: cst.BaseExpression) -> bool:
+    """`expr` holds a DDP wrap whose module has buffers on every path
+    (model/buffers.py): its forward broadcasts them even under no_grad."""
+    made = _ddp_made(model, expr)
+    return made is not None and holds_buffers(made.model, made.site.arg("module", 0))
 
 
 def ddp_forward(model: ScriptModel, site: CallSite) -> CallSite | None:
@@ -270,10 +284,10 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
         wrap = ddp_forward(model, c)
         if wrap is not None:
             # Without autograd, DDP's forward only communicates to broadcast
-            # buffers (BatchNorm statistics); whether the model has any is not
-            # in the script (nanoGPT's rank-0 estimate_loss has none), so a
-            # no_grad forward is not judged.
-            if not no_grad(model, c.ctx):
+            # buffers (BatchNorm statistics); a no_grad forward is judged only
+            # when the wrapped model has some on every path (nanoGPT's rank-0
+            # estimate_loss has none).
+            if not no_grad(model, c.ctx) or wraps_module_with_buffers(model, c.node.func):
                 events.append(Event(c, frozenset({"forward"}), worlds, f"`{c.func}(...)` (DDP forward)"))
             continue
         # A callee communicates if its module (or one it imports) names a
@@ -294,8 +308,11 @@ def function_events(model: ScriptModel, fn: FunctionInfo | None) -> list[Event]:
             p = param_for_arg(tfn, c, a)
             if not p or calls_param(tmodel, tfn, p) is None:
                 continue
-            # only evaluation forwards (under no_grad there or here) are not judged: see above
-            inner = None if no_grad(model, c.ctx) else calls_param(tmodel, tfn, p, True)
+            # evaluation forwards (under no_grad there or here) are judged only with buffers: see above
+            if wraps_module_with_buffers(model, a.value):
+                inner = calls_param(tmodel, tfn, p)
+            else:
+                inner = None if no_grad(model, c.ctx) else calls_param(tmodel, tfn, p, True)
             if inner is not None:
                 events.append(Event(c, frozenset({"forward"}), worlds, _label(c),
                                     via=f"runs the DDP forward of `{dotted_name(a.value)}` "
