@@ -47,7 +47,7 @@ def parse(text: str) -> "cst.Module":
     import libcst as cst  # here, not at the top: files the prefilter skips never pay for libcst
 
     try:
-        return cst.parse_module(text)
+        return _parse_unvalidated(cst, text)
     except cst.ParserSyntaxError as exc:
         # Valid Python (CPython accepted it) that libcst cannot read: say so,
         # at libcst's position. Its native parser's own "error at L:C" (0-based
@@ -60,6 +60,35 @@ def parse(text: str) -> "cst.Module":
                           line, col) from None
     except RecursionError:
         raise SourceError("nested too deeply for ddpcheck's parser", ErrorKind.TOO_COMPLEX) from None
+
+
+def _no_validation(node) -> None:
+    """What a node made by the parser checks of itself: nothing (see _parse_unvalidated)."""
+
+
+def _parse_unvalidated(cst, text: str) -> "cst.Module":
+    """`cst.parse_module(text)` without each node's `_validate()`.
+
+    Every libcst node checks its own fields when it is made (`CSTNode.__post_init__`
+    calls `_validate()`: a Name is an identifier, parentheses balance, ...). That
+    guards trees built by hand; a tree made by libcst's parser from text CPython
+    accepted is valid by construction (libcst's own note there: validation could
+    skip parsed trees), and the checks were about 15 % of every parse (torch's
+    source: 1.7 of 11.2 s). So for the length of one parse the class hook is a
+    no-op, and it is put back whatever happens; nothing else runs in between
+    (the lint runs one file at a time per process, and nodes built by ddpcheck's
+    autofix are made outside it, fully checked). `_validate` only raises (no
+    libcst node computes state in it), so the tree is the same object for object.
+    Where the hook is not where this expects it (another libcst), a plain parse."""
+    node_class = cst.CSTNode
+    validate = node_class.__dict__.get("__post_init__")
+    if validate is None:
+        return cst.parse_module(text)
+    node_class.__post_init__ = _no_validation
+    try:
+        return cst.parse_module(text)
+    finally:
+        node_class.__post_init__ = validate
 
 
 def parse_checked(text: str, path: str = "<unknown>") -> "cst.Module":
