@@ -29,3 +29,8 @@ class LintSettings:
     # ... and files that are training scripts whatever their place or shape
     # (config key script-files): every rule looks at them.
     script_files: tuple[str, ...] = ()
+    # The folder the run was started from: where a project with no marker of
+    # its own (no `.git`, packaging file or license above the script, say a
+    # downloaded archive) is taken to begin when its launch documents are
+    # looked for (model/launch.py). None: the script's own folder.
+    invoked_from: str | None = None

@@ -47,7 +47,8 @@ def code_fingerprint() -> str:
 def settings_fingerprint(settings: LintSettings) -> str:
     return _digest(json.dumps([sorted(settings.enabled), list(settings.main_process_guards),
                                os.path.abspath(settings.root) if settings.root else None,
-                               list(settings.test_files), list(settings.script_files)]).encode())
+                               list(settings.test_files), list(settings.script_files),
+                               os.path.abspath(settings.invoked_from) if settings.invoked_from else None]).encode())
 
 
 class ResultCache:

@@ -126,7 +126,7 @@ def file_settings(files: list[str], the_plan: Plan, named: frozenset[str] = froz
         if enabled not in cache:
             cache[enabled] = LintSettings(enabled=enabled, main_process_guards=config.main_process_guards,
                                           root=config.root, test_files=config.test_files,
-                                          script_files=config.script_files)
+                                          script_files=config.script_files, invoked_from=str(Path.cwd()))
         tasks.append(LintTask(path, cache[enabled], path in named))
     return tasks
 

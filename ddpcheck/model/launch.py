@@ -22,7 +22,8 @@ Evidence, in the order a reader would look:
 - a Python file next to it that imports it and submits it with submitit.
 
 The project is searched from the configured root, else from the nearest
-folder above the script holding `.git`, a packaging file or a license. An
+folder above the script holding `.git`, a packaging file or a license, else
+from the folder the run was started in when the script lies inside it. An
 absent piece of evidence is "unknown", never "one process" or "torchrun".
 """
 
@@ -95,11 +96,20 @@ class _Doc:
     commands: list[tuple[str, LaunchCommand]] = field(default_factory=list)   # (script token, command)
 
 
-def search_root(script_path: str, configured: str | None) -> str:
+def _within(folder: str, root: str) -> bool:
+    return folder == root or folder.startswith(root.rstrip(os.sep) + os.sep)
+
+
+def search_root(script_path: str, configured: str | None, invoked_from: str | None = None) -> str:
+    """Where the script's project begins: the configured root, else the
+    nearest folder above it with a `.git`, a packaging file or a license,
+    else the folder the run was started from when the script lies in it
+    (`ddpcheck lint .` at the top of a project without markers), else the
+    script's own folder."""
     folder = os.path.dirname(os.path.abspath(script_path))
     if configured:
         root = os.path.abspath(configured)
-        if folder == root or folder.startswith(root.rstrip(os.sep) + os.sep):
+        if _within(folder, root):
             return root
     here = folder
     for _ in range(MAX_UP):
@@ -109,6 +119,10 @@ def search_root(script_path: str, configured: str | None) -> str:
         if parent == here:
             break
         here = parent
+    if invoked_from:
+        start = os.path.abspath(invoked_from)
+        if _within(folder, start) and os.path.dirname(start) != start:   # never the file system's root
+            return start
     return folder
 
 
@@ -480,7 +494,7 @@ def _commands_for_file(model, path: str, text: str, reader: str) -> list[LaunchC
     found = commands_in_script(text, os.path.basename(path))
     project = model.project
     if project is not None and os.path.isfile(path):
-        root = search_root(path, model.settings.root)
+        root = search_root(path, model.settings.root, model.settings.invoked_from)
         docs = project.launch_docs.get(root)
         if docs is None:
             docs = project.launch_docs[root] = LaunchDocs(root)

@@ -183,3 +183,18 @@ def test_a_model_spread_over_the_gpus_of_one_process(tmp_path):
     assert one_process(model_of(tmp_path / "e.py", second)) is None
     grouped = "import torch.distributed as dist\ndist.init_process_group('nccl')\n" + code
     assert one_process(model_of(tmp_path / "f.py", grouped)) is None
+
+
+def test_a_project_without_markers_begins_where_the_run_was_started(tmp_path):
+    # a downloaded archive: no .git, packaging file or license anywhere above the script
+    code = "import torch.distributed as dist\ndist.init_process_group('nccl')\n"
+    script = write(tmp_path / "proj" / "pkg" / "examples" / "train.py", code)
+    write(tmp_path / "proj" / "run.sh", "python -m torch.distributed.launch --nproc_per_node=1 ./pkg/examples/train.py\n")
+
+    def commands(invoked_from):
+        settings = LintSettings(enabled=frozenset(), invoked_from=invoked_from)
+        return launch_commands(Project(settings).build(str(script), cst.parse_module(code), code))
+
+    assert commands(None) == ()                                   # the script's own folder only
+    assert [c.launcher for c in commands(str(tmp_path / "proj"))] == [TORCH_LAUNCH]
+    assert commands(str(tmp_path / "elsewhere")) == ()            # a run started outside the project
