@@ -19,7 +19,8 @@ from ddpcheck.model.values import held_loaders, loaders
 from ddpcheck.model.vocabulary import LR_NAME, LR_SCALING_CALL, WORLD_SIZE
 from ddpcheck.model.worlds import D0, DN
 from ddpcheck.findings import Severity
-from ddpcheck.model.filekind import SCRIPTS_ONLY
+from ddpcheck.model.filekind import SCRIPTS_ONLY, library_module
+from ddpcheck.model.processes import one_process
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.rules.base import Hit, Rule, register
 from ddpcheck.model.flow import callees
@@ -182,7 +183,8 @@ class LrNotScaled(Rule):
 
     def check(self, model: ScriptModel) -> Iterator[Hit]:
         optimizers = [(opt, model, lr, lr) for opt, lr in _optimizers(model)] + [
-            (call, m, lr, lr if m is model else call.node) for call, m, lr in _optimizers_through_calls(model)]
+            (call, m, lr, lr if m is model else call.node) for call, m, lr in _optimizers_through_calls(model)
+            if _reported_in_own_module(m) is not lr]   # that module's own lint reports it at its `lr=`
         if not optimizers:
             return
         # loaders built here, and loaders built by a helper (in the file or a helper module) that a
@@ -243,3 +245,14 @@ def _documented(model: ScriptModel, lr: cst.BaseExpression) -> bool:
         return False
     last = key.rpartition(".")[2]
     return any(o.dest == last and DOCUMENTED.search(o.help) for o in options(model))
+
+
+@query(on_cycle=None)
+def _reported_in_own_module(model: ScriptModel) -> cst.CSTNode | None:
+    """The learning rate this rule reports when `model`, a helper module that
+    makes an optimizer a script's call asks for, is linted itself (it builds
+    its own sharded training loaders too): one optimizer is reported once."""
+    if library_module(model) or one_process(model) is not None:
+        return None
+    hit = next(iter(LrNotScaled().check(model)), None)
+    return hit.node if hit is not None else None
