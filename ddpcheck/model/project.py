@@ -86,6 +86,8 @@ class Project:
         self._edges: dict[str, set[str]] = {}
         # search root -> the documented launch commands of that project (model/launch.py)
         self.launch_docs: dict[str, object] = {}
+        # abs path -> the modules beside it that import it (importers_beside)
+        self._importers: dict[str, tuple[str, ...]] = {}
 
     # -- models -------------------------------------------------------------------
     def build(self, path: str, module: cst.Module, text: str | None = None) -> ScriptModel:
@@ -291,6 +293,29 @@ class Project:
         start = os.path.abspath(path)
         closure = self._closure(start, scan)
         return closure if closure is not None else self._targets_of(start, scan)
+
+    def importers_beside(self, path: str) -> tuple[str, ...]:
+        """The Python files in the same folder as the module at `path` that
+        import it (a training script importing the evaluation module beside
+        it: `from test import validation`), absolute paths, sorted; at most
+        MAX_REACH_MODULES files of the folder are read."""
+        key = os.path.abspath(path)
+        found = self._importers.get(key)
+        if found is None:
+            folder = os.path.dirname(key)
+            try:
+                names = sorted(n for n in os.listdir(folder) if n.endswith(".py"))[:MAX_REACH_MODULES]
+            except OSError:
+                names = []
+            stem = os.path.splitext(os.path.basename(key))[0]
+            found = []
+            for name in names:
+                other = os.path.join(folder, name)
+                scan = self.scan_of(other) if other != key else None
+                if scan is not None and stem in scan.identifiers and key in self._targets_of(other, scan):
+                    found.append(other)
+            found = self._importers[key] = tuple(found)
+        return found
 
     def local_imports(self, path: str, scan: ModuleScan) -> tuple[str, ...]:
         """The local modules the module at `path` imports directly (absolute paths)."""

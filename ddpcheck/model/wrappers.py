@@ -9,6 +9,7 @@ class (set-up runs first), unless the class unwraps it somewhere."""
 
 from __future__ import annotations
 
+import os
 import re
 
 import libcst as cst
@@ -17,10 +18,11 @@ from ddpcheck.model.flow import (
     Item, Made, Mapping, Member, Param, Value, argument_expr, arguments_for, bindings_seen, called_qual, constant_of, epoch_passes, loops_in,
     resolve_call, value_of,
 )
+from ddpcheck.model.launch import launch_commands
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
 from ddpcheck.model.paths import path_spelling
-from ddpcheck.model.reads import reads
+from ddpcheck.model.reads import literal_text, reads
 from ddpcheck.model.saves import TORCH_SAVE, saved_state_dicts
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
 from ddpcheck.model.values import LoaderInfo, WrapInfo, loaders, wraps
@@ -576,9 +578,91 @@ def loads_own_wrapped_checkpoint(model: ScriptModel, loaded: cst.BaseExpression)
             return False
         path = atom.site.arg("f", 0)
         spelling = path_spelling(atom.model, path) if path is not None else None
-        if spelling is None or not _names_a_file(spelling) or not _project_writes_wrapped(atom.model, spelling):
+        if spelling is not None and _names_a_file(spelling):
+            if not _project_writes_wrapped(atom.model, spelling):
+                return False
+        elif not _documented_as_wrapped_save(atom.model, spelling):
             return False
     return True
+
+
+# a path that is one attribute of an object read at run time: `{opt.saved_model}`, or of the
+# namespace a known parse_args() call returned (`{parser.parse_args@train.py:36.saved_model}`)
+_OPTION_READ = re.compile(r"^\{[^{}]*\.([A-Za-z_]\w*)\}$")
+
+
+def _documented_as_wrapped_save(model: ScriptModel, spelling: str | None) -> bool:
+    """The path is an option read at run time (`torch.load(opt.saved_model)`),
+    every value the project's documented commands give it for this script
+    (`python test.py --saved_model saved_models/<exp>/best_accuracy.pth`) names
+    a file the project writes from a DDP / DataParallel wrapper's
+    `state_dict()` (`torch.save(model.state_dict(),
+    f"./saved_models/{opt.exp_name}/best_accuracy.pth")`, by file name), and
+    there is at least one such value: this module, the local modules it
+    imports, or the modules beside it that import it (a training script
+    importing its evaluation module) write those files."""
+    m = _OPTION_READ.match(spelling or "")
+    if m is None:
+        return False
+    option = m.group(1)
+    values = [value.strip("'\"") for command in launch_commands(model) for name, value in command.script_args
+              if name.lstrip("-").replace("-", "_") == option]
+    if not values or any(not v or "$" in v for v in values):
+        return False
+    written = _wrapped_file_names(model)
+    return all(os.path.basename(v) in written for v in values)
+
+
+@query(on_cycle=frozenset())
+def _wrapped_file_names(model: ScriptModel) -> frozenset[str]:
+    """The file names (a literal last part of the path) that `torch.save`
+    writes a wrapper's `state_dict()` to, in this module, the local modules it
+    imports and the modules beside it that import it."""
+    project = model.project
+    if project is None:
+        return frozenset()
+    modules = [model]
+    for path in (*project.imported_modules(model.path, model.scan()), *project.importers_beside(model.path)):
+        other = project.model_for(path)
+        if other is not None and all(other is not m for m in modules):
+            project.depends_on(model.path, path)
+            modules.append(other)
+    names = set()
+    for m in modules:
+        for sink in m.calls:
+            path = sink.arg("f", 1) if sink.qual in TORCH_SAVE else None
+            name = _file_name(m, path) if path is not None else None
+            if not name:
+                continue
+            for sd in saved_state_dicts(m, sink, lambda _m, _n: False):
+                found = wrapper_in(m, sd.receiver, sd.ctx) if sd.receiver is not None else None
+                if found is not None and found[0].kind in _PREFIXING and not found[0].overrides("state_dict"):
+                    names.add(name)
+    return frozenset(names)
+
+
+def _file_name(model: ScriptModel, path: cst.BaseExpression) -> str | None:
+    """The file name a path ends in when it is written out, whatever the
+    folder before it holds (`f"./saved_models/{opt.exp_name}/best.pth"`,
+    `os.path.join(run_dir, "best.pth")`, `out / "best.pth"`, `out +
+    "/best.pth"`: `best.pth`)."""
+    spelled = path_spelling(model, path)
+    if spelled is not None:
+        text, whole = spelled, True
+    elif isinstance(path, cst.FormattedString) and path.parts and isinstance(path.parts[-1], cst.FormattedStringText):
+        text, whole = path.parts[-1].value, False
+    elif isinstance(path, cst.Call) and dotted_name(path.func) in ("os.path.join", "osp.join") and path.args \
+            and isinstance(path.args[-1].value, cst.SimpleString) and not path.args[-1].star:
+        text, whole = literal_text(path.args[-1].value), True
+    elif isinstance(path, cst.BinaryOperation) and isinstance(path.right, cst.SimpleString) and \
+            isinstance(path.operator, (cst.Add, cst.Divide)):
+        text, whole = literal_text(path.right), isinstance(path.operator, cst.Divide)
+    else:
+        return None
+    if text is None or not (whole or "/" in text):
+        return None   # `prefix + "best.pth"` may be `run_best.pth`: the name is not all written
+    name = text.rsplit("/", 1)[-1]
+    return name if name and "{" not in name else None
 
 
 def _names_a_file(spelling: str) -> bool:

@@ -195,3 +195,44 @@ def test_a_save_helper_handed_the_wrapper_and_the_folder(tmp_path, handed, folde
     model = build_file(run, root=tmp_path)
     expr, _site = marked(model)
     assert loads_own_wrapped_checkpoint(model, expr) is expected
+
+
+_EVALUATE = ("import torch\nfrom torch.nn import DataParallel\n"
+             "def validation(net, loader):\n    return [net(x) for x in loader]\n"
+             "def main(opt):\n    net = DataParallel(make())\n    use(torch.load(opt.saved_model))\n")
+_TRAIN = ("import os\nimport torch\nfrom torch.nn import DataParallel\nfrom evaluate import validation\n"
+          "def train(opt):\n    opt.exp = f'{opt.arch}-{opt.seed}'\n    net = DataParallel(make())\n"
+          "    optimizer = torch.optim.Adam(net.parameters())\n    validation(net, [])\n"
+          "    torch.save(net.state_dict(), f'./saved_models/{opt.exp}/best.pth')\n"
+          "    torch.save(net.module.state_dict(), os.path.join(opt.out, 'plain.pth'))\n")
+_README = "python evaluate.py --data val/ --saved_model {}\n"
+
+
+def _run_time_path_is_own(tmp_path, train: str | None, documented: list[str]) -> bool:
+    write(tmp_path / "LICENSE", "")
+    evaluate = write(tmp_path / "evaluate.py", _EVALUATE)
+    if train is not None:
+        write(tmp_path / "train.py", train)
+    write(tmp_path / "README.md", "".join(_README.format(d) for d in documented))
+    model = build_file(evaluate, root=tmp_path)
+    return loads_own_wrapped_checkpoint(model, marked(model)[0])
+
+
+def test_a_documented_option_value_names_a_file_the_project_writes_wrapped(tmp_path):
+    # the training script beside it imports it and writes best.pth from the DataParallel wrapper
+    assert _run_time_path_is_own(tmp_path, _TRAIN, ["saved_models/resnet-1/best.pth"])
+
+
+@pytest.mark.parametrize("documented", [
+    [],                                                            # no documented value: unknown
+    ["weights/released.pth"],                                      # a file the project does not write
+    ["saved_models/resnet-1/best.pth", "pretrained/plain.pth"],    # one documented file is plain weights
+    ["$CKPT"],
+])
+def test_other_documented_values_leave_the_path_unknown(tmp_path, documented):
+    assert not _run_time_path_is_own(tmp_path, _TRAIN, documented)
+
+
+def test_a_writer_that_does_not_import_the_loading_module_is_another_program(tmp_path):
+    alone = _TRAIN.replace("from evaluate import validation\n", "").replace("    validation(net, [])\n", "")
+    assert not _run_time_path_is_own(tmp_path, alone, ["saved_models/resnet-1/best.pth"])
