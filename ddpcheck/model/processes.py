@@ -14,9 +14,9 @@ shows one process:
   builds is given the literal `devices=1` (with no `num_nodes`); or
 - it starts no group of its own, wraps nothing in DDP, and loads its model
   with `from_pretrained(..., device_map="auto")` (or `"balanced"`,
-  `"balanced_low_0"`, `"sequential"`) on every path, with no other
-  `device_map` anywhere: that spreads one model over every visible GPU in
-  one process, and transformers' Trainer and accelerate refuse to train
+  `"balanced_low_0"`, `"sequential"`) on every path, and no `from_pretrained`
+  call passes another `device_map`: that spreads one model over every
+  visible GPU in one process, and transformers' Trainer and accelerate refuse to train
   such a model in any distributed mode ("You can't train a model that has
   been loaded with `device_map='auto'` in any distributed mode"), so the
   script cannot run as several ranks; or
