@@ -707,11 +707,9 @@ def _resolve_import(imported: Imported, needs: Need, assigned: bool) -> Value:
     module, level, names = imported.module, imported.level, imported.names
     path = project.find_module(model.path, module, level)
     qual = ".".join(p for p in (module, *names) if p)
-    if path is None:
-        if level == 0:
-            return just(Lib(qual))
-        return opaque(f"module {'.' * level}{module} not found")
-    # the longest prefix of `names` that is a submodule: `from pkg import sub` then `sub.f`
+    # the longest prefix of `names` that is a submodule: `from pkg import sub` then `sub.f`;
+    # also of a namespace package, a folder with no __init__.py (`from torch_utils import
+    # distributed` with torch_utils/distributed.py), which Python 3 imports as well
     consumed = 0
     for i in range(len(names), 0, -1):
         sub = ".".join(p for p in (module, *names[:i]) if p)
@@ -719,6 +717,10 @@ def _resolve_import(imported: Imported, needs: Need, assigned: bool) -> Value:
         if found is not None:
             path, consumed = found, i
             break
+    if path is None:
+        if level == 0:
+            return just(Lib(qual))
+        return opaque(f"module {'.' * level}{module} not found")
     rest = names[consumed:]
     if rest:
         # a scan of its text first: a module that neither defines nor imports the name (a

@@ -102,3 +102,15 @@ def test_a_call_of_a_parameter_runs_what_the_caller_passes(tmp_path):
     rmodel, rfn = resolve_call(model, other)
     rebound = next(c for c in rmodel.calls_in(rfn) if c.func == "manager")
     assert called_qual_from(rmodel, rebound, (model, other)) == "print"   # rebound: not what was passed
+
+
+def test_a_module_of_a_namespace_package(tmp_path):
+    # a folder with no __init__.py is a namespace package: `from helpers import loaders`
+    # imports helpers/loaders.py, as Python 3 does
+    write(tmp_path / "helpers" / "loaders.py",
+          "from torch.utils.data import DataLoader\ndef build(ds):\n    return DataLoader(ds)\n")
+    train = write(tmp_path / "train.py", "from helpers import loaders as ld\nuse(ld.build(ds))\n")
+    assert made(build_file(train)) == {"DataLoader"}
+    # a name the folder has no module for stays a library name
+    other = write(tmp_path / "other.py", "from helpers import missing\nuse(missing.build(ds))\n")
+    assert "DataLoader" not in made(build_file(other))
