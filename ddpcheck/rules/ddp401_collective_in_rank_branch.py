@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Iterator
 
 from ddpcheck.model.collectives import Event, function_events, unbalanced
+from ddpcheck.model.evaluation import no_grad
 from ddpcheck.model.guards import rank_branch_text
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.worlds import describe
@@ -39,10 +40,14 @@ class CollectiveInRankBranch(Rule):
         who = describe(e.worlds)
         guard = _guard(model, e)
         if "forward" in e.kinds and e.via is None:
+            when = ("the wrapped model has buffers (BatchNorm running statistics or registered buffers), and "
+                    "even under no_grad the first forward after a training step broadcasts them from rank 0 "
+                    "(broadcast_buffers=True, the default)" if no_grad(model, e.site.ctx) else
+                    "with broadcast_buffers=True (the default) DDP broadcasts the module's buffers from rank 0 "
+                    "at the start of every forward")
             return Hit(e.site.node, message=(
-                f"{e.what} runs on {who} ({guard}): with broadcast_buffers=True (the default) DDP broadcasts "
-                "the module's buffers from rank 0 at the start of every forward, a collective the other ranks "
-                "never join, so the job hangs (or desynchronises with their next forward)"
+                f"{e.what} runs on {who} ({guard}): {when}, a collective the other ranks never join, so the "
+                "job hangs (or desynchronises with their next forward)"
             ), fix=("evaluate the unwrapped model there (`model.module(x)` / `model_without_ddp`), or run the "
                     "evaluation on every rank and reduce the metrics"))
         if e.via is not None:
