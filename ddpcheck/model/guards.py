@@ -25,7 +25,7 @@ from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
 from ddpcheck.model.memo import query
-from ddpcheck.model.reads import reads
+from ddpcheck.model.reads import code_nodes, reads
 from ddpcheck.model.worlds import (
     ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
 )
@@ -283,7 +283,7 @@ def _self_object(model, attr: str, scope):
     made = next(iter(value.atoms)) if value.known and len(value.atoms) == 1 else None
     if not isinstance(made, Made) or made.model is not model or made.site.node is not store.value:
         return None
-    if not _attribute_kept_to_class(model.module, cls.node, attr) or any(
+    if not _attribute_kept_to_class(model, cls.node, attr) or any(
             a.key.startswith(f"self.{attr}.") for fn in cls.all_methods for a in model.assigns_in(fn)):
         return None
     init = stores[0].ctx.function
@@ -347,41 +347,45 @@ def _stored_condition(model, made, runs: dict, key: str) -> Condition | None:
     return Condition(frozenset().union(*(c.must for c in conds)), frozenset().union(*(c.may for c in conds)))
 
 
-class _AttributeUses(cst.CSTVisitor):
-    """Counts the uses of an attribute name anywhere in a module, and those
-    that are `self.<name>` called, read from, or stored."""
-
-    def __init__(self, name: str):
-        self.name = name
-        self.total = 0
-        self.own = 0
-
-    def _is_own(self, node) -> bool:
-        return isinstance(node, cst.Attribute) and node.attr.value == self.name and dotted_name(node.value) == "self"
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if node.attr.value == self.name:
-            self.total += 1
-        if self._is_own(node.value):
-            self.own += 1   # `self.stopper.early_stop`, `self.stopper.step(...)`
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if self._is_own(node.func):
-            self.own += 1   # `self.stopper(loss)`
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        if self._is_own(node.target):
-            self.own += 1   # the store in `__init__`
-
-
-def _attribute_kept_to_class(module: cst.Module, cls_node: cst.ClassDef, attr: str) -> bool:
+def _attribute_kept_to_class(model, cls_node: cst.ClassDef, attr: str) -> bool:
     """Every use of the attribute name in the module is `self.<attr>` in the
-    class's own body (no subclass or other code of the file touches it)."""
-    everywhere = _AttributeUses(attr)
-    module.visit(everywhere)
-    own = _AttributeUses(attr)
-    cls_node.visit(own)
-    return everywhere.total == own.own
+    class's own body, called, read from or stored (no subclass or other code
+    of the file touches it, and it is not handed on)."""
+    return _attribute_names(model, model.module).get(attr, 0) == _own_attribute_uses(model, cls_node).get(attr, 0)
+
+
+@query(on_cycle=None)
+def _attribute_names(model, root: cst.CSTNode) -> dict[str, int]:
+    """How many times each attribute name is written after a dot under `root`."""
+    counts: dict[str, int] = {}
+    for node in code_nodes(root):
+        if isinstance(node, cst.Attribute):
+            counts[node.attr.value] = counts.get(node.attr.value, 0) + 1
+    return counts
+
+
+@query(on_cycle=None)
+def _own_attribute_uses(model, root: cst.CSTNode) -> dict[str, int]:
+    """Per attribute name, the uses of `self.<name>` under `root` that keep
+    the object to itself: `self.<name>.x` (read from or a method called),
+    `self.<name>(...)`, and the store `self.<name> = ...`."""
+    counts: dict[str, int] = {}
+
+    def own(node) -> str | None:
+        return node.attr.value if isinstance(node, cst.Attribute) and dotted_name(node.value) == "self" else None
+
+    for node in code_nodes(root):
+        if isinstance(node, cst.Attribute):
+            name = own(node.value)
+        elif isinstance(node, cst.Call):
+            name = own(node.func)
+        elif isinstance(node, cst.AssignTarget):
+            name = own(node.target)
+        else:
+            continue
+        if name is not None:
+            counts[name] = counts.get(name, 0) + 1
+    return counts
 
 
 class _Uses(cst.CSTVisitor):

@@ -61,6 +61,22 @@ class Division:
     divisor: frozenset[str]
 
 
+def code_nodes(root: cst.CSTNode):
+    """Every node under `root` (itself included) in the fields that hold code,
+    as the builder walks them, in no particular order: a walk of our own,
+    since libcst's visitor rebuilds every node it passes."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        for field in _child_fields(type(node)):
+            value = getattr(node, field)
+            if isinstance(value, cst.CSTNode):
+                stack.append(value)
+            elif isinstance(value, (list, tuple)):
+                stack.extend(v for v in value if isinstance(v, cst.CSTNode))
+
+
 def env_name(var: str) -> str:
     return f"os.environ[{var!r}]"
 
