@@ -19,7 +19,7 @@ from ddpcheck.model.flow import (
     resolve_call, value_of,
 )
 from ddpcheck.model.launch import launch_commands
-from ddpcheck.model.names import dotted_name
+from ddpcheck.model.names import dotted_name, is_torch_api
 from ddpcheck.model.memo import query
 from ddpcheck.model.paths import path_spelling
 from ddpcheck.model.reads import literal_text, reads
@@ -39,6 +39,37 @@ def tells_wrapper_apart(model: ScriptModel, test: cst.BaseExpression) -> bool:
     """A test that tells the wrapper apart: `hasattr(model, "module")`,
     `isinstance(model, DDP)`, `model.module is not None`."""
     return any(n.rpartition(".")[2] in _UNWRAP_NAMES for n in reads(model, test))
+
+
+def kinds_told_apart(model: ScriptModel, test: cst.BaseExpression) -> frozenset[str] | None:
+    """The wrapper kinds `test` tells apart from the model they wrap: None
+    (every kind) for `hasattr(model, "module")`, `model.module is not None`,
+    or an `isinstance` of a class the engine cannot name; only the kinds it
+    names for `isinstance(model, nn.DataParallel)` (DistributedDataParallel
+    is no subclass of DataParallel, nor the other way round, so that test
+    lets a DDP wrapper through to the other arm); the empty set for a test
+    that tells nothing."""
+    if not tells_wrapper_apart(model, test):
+        return frozenset()
+    node = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
+    if not (isinstance(node, cst.Call) and dotted_name(node.func) == "isinstance" and len(node.args) == 2):
+        return None
+    classes = node.args[1].value
+    named = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
+    kinds = set()
+    for cls in named:
+        written = dotted_name(cls)
+        qual = model.imports.qualify(written) if written else None
+        if qual is None or "." not in qual or not is_torch_api(qual, *_PREFIXING):
+            return None
+        kinds.add(qual.rpartition(".")[2])
+    return frozenset(kinds)
+
+
+def tells_kinds_apart(model: ScriptModel, test: cst.BaseExpression, kinds: frozenset[str]) -> bool:
+    """`test` tells every one of the wrapper `kinds` apart from its model."""
+    told = kinds_told_apart(model, test)
+    return told is None or (bool(told) and kinds <= told)
 
 
 _FALLBACK_ERRORS = frozenset({"AttributeError", "Exception", "BaseException"})
@@ -822,5 +853,5 @@ def _hands_ddp(model: ScriptModel, call: CallSite) -> bool:
 
 __all__ = ["prefix_adapter", "loaders_trained_through_calls", "wrapper_held", "wraps_held", "wrapped_by_another_method", "runs_before_wrap", "told_apart_where_bound", "wrapper_passed", "wrapper_in", "renames_key", "strips_prefix",
            "prefixes_key", "adds_prefix", "unwrapped_fallback",
-           "tells_wrapper_apart", "renames_prefix_on_load", "project_strips_prefix",
+           "tells_wrapper_apart", "kinds_told_apart", "tells_kinds_apart", "renames_prefix_on_load", "project_strips_prefix",
            "loads_own_wrapped_checkpoint"]

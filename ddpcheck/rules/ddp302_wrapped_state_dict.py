@@ -14,7 +14,10 @@ from ddpcheck.model.flow import argument_expr, params_handed_on, sole_binding
 from ddpcheck.model.memo import query
 from ddpcheck.model.positions import line_of
 from ddpcheck.model.saves import STRIPS_MODULE_PREFIX, is_save_sink, saved_state_dicts
-from ddpcheck.model.wrappers import project_strips_prefix, strips_prefix, tells_wrapper_apart, unwrapped_fallback, wrapper_in
+from ddpcheck.model.wrappers import (
+    kinds_told_apart, project_strips_prefix, strips_prefix, tells_kinds_apart, tells_wrapper_apart, unwrapped_fallback,
+    wrapper_in,
+)
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import unwrap_edit
 from ddpcheck.model.filekind import NOT_TESTS
@@ -61,13 +64,14 @@ class WrappedStateDict(Rule):
                 if id(sd.node) in reported:
                     continue
                 key = dotted_name(sd.receiver)
-                if key is None or any(tells_wrapper_apart(model, b.test) for b in sd.ctx.branches) or \
-                        unwrapped_fallback(model, sd.node, key):
-                    continue   # told apart, or the `except AttributeError:` fallback for a plain object
+                if key is None or unwrapped_fallback(model, sd.node, key):
+                    continue   # the `except AttributeError:` fallback for a plain object
                 found = wrapper_in(model, sd.receiver, sd.ctx)
                 if found is None or found[0].overrides("state_dict"):
                     continue
                 w, via = found
+                if any(tells_kinds_apart(model, b.test, _kinds(model, w)) for b in sd.ctx.branches):
+                    continue   # told apart (`isinstance(m, DataParallel)` tells only DataParallel apart)
                 reported.add(id(sd.node))
                 yield self._hit(model, sd.node, key, w, via,
                                 edit=unwrap_edit(model, sd, key, w.site) if via is None else None)
@@ -80,20 +84,20 @@ class WrappedStateDict(Rule):
         if target is None or target[0] is model:
             return
         tmodel, fn = target
-        for param, where, sd in saved_params(tmodel, fn):
+        for param, where, sd, told in saved_params(tmodel, fn):
             bound, expr = argument_expr(sink, fn, param)
             if not bound or expr is None or id(expr) in reported:
                 continue
             found = wrapper_in(model, expr, sink.ctx)
-            if found is None or found[0].overrides("state_dict"):
-                continue
+            if found is None or found[0].overrides("state_dict") or _kinds(model, found[0]) <= told:
+                continue   # the helper tells every kind the argument may hold apart
             reported.add(id(expr))
             yield self._hit(model, expr, dotted_name(expr) or "model", found[0], found[1],
                             helper=_helper_place(tmodel, fn, where, sd))
 
     def _hit(self, model: ScriptModel, node: cst.CSTNode, key: str, w, via: CallSite | None,
              helper: str | None = None, edit=None) -> Hit:
-        kinds = {x.kind for x in wraps(model) if x.key == w.key}
+        kinds = _kinds(model, w)
         kind = "DistributedDataParallel or DataParallel" if len(kinds) > 1 else w.kind
         shown = w.key or key
         if helper is not None:
@@ -112,6 +116,12 @@ class WrappedStateDict(Rule):
                 "wrapping and save (and load) through it, as torchvision's references do"), edit=edit)
 
 
+def _kinds(model: ScriptModel, w) -> frozenset[str]:
+    """The wrapper kinds the name holding `w` may hold (`model = DataParallel(model)` on one arm,
+    `model = DDP(model)` on the other)."""
+    return frozenset({x.kind for x in wraps(model) if x.key == w.key} | {w.kind})
+
+
 def _helper_place(tmodel: ScriptModel, fn: FunctionInfo, where: ScriptModel, sd: CallSite) -> str:
     """`save_checkpoint() (checkpoint.py)`, naming the line of the save when it
     is in a function the helper calls: `end_of_epoch() (bookkeeping.py; saved at storage.py:6)`."""
@@ -123,29 +133,32 @@ def _helper_place(tmodel: ScriptModel, fn: FunctionInfo, where: ScriptModel, sd:
 
 
 @query(on_cycle=())
-def saved_params(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[str, ScriptModel, CallSite], ...]:
+def saved_params(model: ScriptModel, fn: FunctionInfo
+                 ) -> tuple[tuple[str, ScriptModel, CallSite, frozenset[str]], ...]:
     """The parameters of `fn` whose `.state_dict()` it saves, unrenamed
     (`def save_checkpoint(model, path): torch.save({"model": model.state_dict()}, path)`),
     itself or in a function of the tree it hands the parameter on to, in
     any module (`end_of_epoch(net, ...)` -> `write_state(net, path)`), each
-    with the `.state_dict()` call that saves it and that call's model."""
-    found: dict[str, tuple[str, ScriptModel, CallSite]] = {}
+    with the `.state_dict()` call that saves it, that call's model, and the
+    wrapper kinds the tests around it tell apart (`if isinstance(model,
+    DataParallel): ... else: model.state_dict()` saves a DDP wrapper's keys)."""
+    found: dict[str, tuple[str, ScriptModel, CallSite, frozenset[str]]] = {}
     for sink in model.calls_in(fn):
         if not _is_sink(model, sink):
             continue
         for sd in _saved(model, sink):
             key = dotted_name(sd.receiver)
             bound = sole_binding(model, sd.receiver)
-            if key in fn.params and key not in found and \
-                    not any(tells_wrapper_apart(model, b.test) for b in sd.ctx.branches) and \
+            told = [kinds_told_apart(model, b.test) for b in sd.ctx.branches]
+            if key in fn.params and key not in found and None not in told and \
                     not unwrapped_fallback(model, sd.node, key) and \
                     bound is not None and bound.kind == "param" and bound.ctx.function is fn:
-                found[key] = (key, model, sd)
+                found[key] = (key, model, sd, frozenset().union(*told))
     for param, call, tmodel, callee, tparam in params_handed_on(model, fn):
         if param in found or any(tells_wrapper_apart(model, b.test) for b in call.ctx.branches) or \
                 unwrapped_fallback(model, call.node, param):
             continue   # `if hasattr(net, "module"): ... else: write_state(net, path)`
         inner = next((x for x in saved_params(tmodel, callee) if x[0] == tparam), None)
         if inner is not None:
-            found[param] = (param, inner[1], inner[2])
+            found[param] = (param, inner[1], inner[2], inner[3])
     return tuple(found.values())

@@ -4,8 +4,10 @@ that derive from them, across modules and re-exports."""
 
 from __future__ import annotations
 
+import pytest
+
 from ddpcheck.model.values import wraps
-from ddpcheck.model.wrappers import wrapper_in
+from ddpcheck.model.wrappers import kinds_told_apart, wrapper_in
 from tests.conftest import write
 from tests.semantics.helpers import build, build_file, marked
 
@@ -85,3 +87,21 @@ def test_a_subclass_of_another_library_class_is_not_the_wrapper():
         use(net)
         """)
     assert wraps(model) == [] and held(model) is None
+
+
+@pytest.mark.parametrize("test, kinds", [
+    ("isinstance(m, DataParallel)", frozenset({"DataParallel"})),
+    ("not isinstance(m, nn.DataParallel)", frozenset({"DataParallel"})),
+    ("isinstance(m, DDP)", frozenset({"DistributedDataParallel"})),
+    ("isinstance(m, (DataParallel, DDP))", frozenset({"DataParallel", "DistributedDataParallel"})),
+    ("hasattr(m, 'module')", None),              # every kind has `.module`
+    ("isinstance(m, MyWrapper)", None),          # a class the engine cannot name: every kind
+    ("epoch > 3", frozenset()),                  # tells nothing
+])
+def test_the_wrapper_kinds_a_test_tells_apart(test, kinds):
+    code = ("import torch.nn as nn\nfrom torch.nn import DataParallel\n"
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            f"use({test})\n")
+    model = build(code)
+    expr, _ = marked(model)
+    assert kinds_told_apart(model, expr) == kinds
