@@ -157,6 +157,20 @@ def _evaluating(model: ScriptModel, loop: Loop) -> bool:
     return any(c.ctx.no_grad for c in inside) and not _trains(model, inside)
 
 
+def pass_without_gradients(p: Pass) -> bool:
+    """A `for` pass that runs with autograd off and trains nothing: the loop
+    is under `torch.no_grad()` / `inference_mode()`, or one of the calls on
+    the way down to it is (`with torch.no_grad(): calc_loss_loader(
+    train_loader, model, num_batches=5)` inside the step loop: a periodic
+    loss estimate over a few training batches), and nothing in the loop
+    trains (`_trains`)."""
+    if p.loop is None:
+        return False
+    if not (no_grad(p.loop_model, p.loop.ctx) or any(no_grad(p.loop_model, c.ctx) for c in p.via)):
+        return False
+    return not _trains(p.loop_model, _calls_inside(p.loop_model, p.loop))
+
+
 def _calls_inside(model: ScriptModel, loop: Loop) -> list[CallSite]:
     return [c for c in model.calls_in(loop.ctx.function) if any(l is loop for l in c.ctx.loops)]
 
@@ -249,4 +263,5 @@ def sharded_when_distributed(model: ScriptModel) -> list[LoaderInfo]:
     return sharded_held_loaders(model, _made_in_a_single_process)
 
 
-__all__ = ["LoaderLoop", "sharded_when_distributed", "loader_loops", "is_eval_loader", "no_grad", "EVAL_FUNCTION"]
+__all__ = ["LoaderLoop", "sharded_when_distributed", "loader_loops", "is_eval_loader", "no_grad", "pass_without_gradients",
+           "EVAL_FUNCTION"]

@@ -7,6 +7,7 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.flow import Made, Pass, Value, argument_expr, call_sites_of, constant_of, every_pass, value_at
+from ddpcheck.model.evaluation import pass_without_gradients
 from ddpcheck.model.script import CallSite, Loop, ScriptModel
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerInfo, loaders, looks_like_eval_name
@@ -60,8 +61,8 @@ class MissingSetEpoch(Rule):
             return
         reported: set[int] = set()
         for _fn, p in every_pass(model):
-            if p.epoch is None or _runs_once(p.epoch_model, p.epoch):
-                continue
+            if p.epoch is None or _runs_once(p.epoch_model, p.epoch) or pass_without_gradients(p):
+                continue   # once; or an evaluation over the loader, whose order changes no metric
             for atom in p.consumed.made_by("DataLoader"):
                 loader = _loader_info(atom)
                 if loader is None:

@@ -7,7 +7,8 @@ train on it."""
 
 from __future__ import annotations
 
-from ddpcheck.model.evaluation import is_eval_loader
+from ddpcheck.model.evaluation import is_eval_loader, pass_without_gradients
+from ddpcheck.model.flow import every_pass
 from ddpcheck.model.values import held_loaders, loaders
 from tests.semantics.helpers import build
 
@@ -146,3 +147,24 @@ def test_a_scoring_loop_that_only_calls_plain_helpers_still_evaluates():
                    "            p = model(x)\n        metric(p, y)\n"
                    "target_train_loader = DataLoader(ds)\nrate(net, target_train_loader)\n") == \
         {"target_train_loader": True}
+
+
+def test_a_pass_with_autograd_off_on_the_way_down_is_no_training_pass():
+    code = HEAD + (
+        "def loader_loss(loader, model, n):\n"
+        "    for i, (x, y) in enumerate(loader):\n"
+        "        if i >= n:\n            break\n        model(x)\n"
+        "def estimate(model, loader):\n"
+        "    with torch.no_grad():\n        return loader_loss(loader, model, 5)\n"
+        "def train(model, loader, opt):\n"
+        "    for epoch in range(3):\n"
+        "        for x, y in loader:\n"
+        "            model(x).sum().backward()\n            opt.step()\n"
+        "            estimate(model, loader)\n"
+        "        fit(model, loader, opt)\n")
+    model = build(code)
+    judged = {(p.loop.ctx.function.name, tuple(c.func for c in p.via)): pass_without_gradients(p)
+              for fn, p in every_pass(model) if fn is not None and fn.name == "train" and p.loop is not None}
+    assert judged[("loader_loss", ("estimate", "loader_loss"))] is True    # no_grad around the call
+    assert judged[("train", ())] is False                                 # the training loop itself
+    assert judged[("fit", ("fit",))] is False     # a loop whose no_grad block is only a cast, and trains
