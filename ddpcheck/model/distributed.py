@@ -154,18 +154,20 @@ def is_destroy_call(model: ScriptModel, site) -> bool:
 
 
 @query
-def script_destroys(model: ScriptModel) -> bool | None:
+def script_destroys(model: ScriptModel, runs=lambda fn: True) -> bool | None:
     """The script tears its process group down: `destroy_process_group` is
     called or referenced (`atexit.register(dist.destroy_process_group)`) in
-    the file or in a local helper it calls. None: it may, in a helper we
-    cannot see (`cleanup()` from a package)."""
+    code of the file that runs (`runs(function)`: a `cleanup()` defined but
+    never called tears nothing down) or in a local helper that code calls.
+    None: it may, in a helper we cannot see (`cleanup()` from a package)."""
+    calls = [c for c in model.calls if runs(c.ctx.function)]
     result: bool | None = False
-    if model.references.get("destroy_process_group"):
+    if any(runs(ref.ctx.function) for ref in model.references.get("destroy_process_group", ())):
         result = True
-    elif any(is_destroy_call(m, c) for m, fn, _ in callees(model, model.calls) for c in m.calls_in(fn)):
+    elif any(is_destroy_call(m, c) for m, fn, _ in callees(model, calls) for c in m.calls_in(fn)):
         result = True
     elif any(resolve_call(model, c) is None and c.attr and DESTROY_HELPER_NAME.search(c.attr)
-             and not (c.qual or "").startswith("torch.") for c in model.calls):
+             and not (c.qual or "").startswith("torch.") for c in calls):
         result = None
     return result
 

@@ -75,7 +75,7 @@ class MissingDestroy(Rule):
         inits = [c for c in model.calls if is_init_call(model, c) and script_reaches(model, c.ctx.function)]
         helpers = [] if inits else [(c, t) for c in model.calls if script_reaches(model, c.ctx.function)
                                     for t in [starting_helper(model, c)] if t is not None]
-        if not (inits or helpers) or script_destroys(model) is not False:
+        if not (inits or helpers) or script_destroys(model, lambda fn: script_reaches(model, fn)) is not False:
             return
         helpers = _one_call_per_idempotent_start(helpers)
         for site, (hmodel, init) in helpers:
