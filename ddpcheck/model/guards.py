@@ -25,7 +25,7 @@ from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
 from ddpcheck.model.memo import query
-from ddpcheck.model.reads import code_nodes, reads
+from ddpcheck.model.reads import code_nodes, every_node, reads
 from ddpcheck.model.worlds import (
     ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
 )
@@ -257,7 +257,7 @@ def _local_object(model, receiver: cst.Name, scope):
     if not isinstance(made, Made) or made.model is not model or made.site.ctx.function is not scope:
         return None
     name = receiver.value
-    if not _kept_to_itself(model.module if scope is None else scope.node.body, name):
+    if not _kept_to_itself(model, model.module if scope is None else scope.node.body, name):
         return None
     if any(a.key.startswith(name + ".") for a in model.assigns_in(scope)):
         return None   # stored from outside its methods
@@ -388,49 +388,43 @@ def _own_attribute_uses(model, root: cst.CSTNode) -> dict[str, int]:
     return counts
 
 
-class _Uses(cst.CSTVisitor):
-    """Counts the reads of a name and those that are a method call or an
-    attribute of it."""
-
-    def __init__(self, name: str, nested: bool):
-        self.name = name
-        self.nested = nested   # count the uses inside nested functions and classes too
-        self.total = 0
-        self.own = 0
-
-    def visit_FunctionDef(self, node: cst.FunctionDef) -> bool:
-        return self.nested
-
-    def visit_ClassDef(self, node: cst.ClassDef) -> bool:
-        return self.nested
-
-    def visit_Name(self, node: cst.Name) -> None:
-        if node.value == self.name:
-            self.total += 1
-
-    def visit_Attribute(self, node: cst.Attribute) -> None:
-        if isinstance(node.value, cst.Name) and node.value.value == self.name:
-            self.own += 1
-
-    def visit_Call(self, node: cst.Call) -> None:
-        if isinstance(node.func, cst.Name) and node.func.value == self.name:
-            self.own += 1
-
-    def visit_AssignTarget(self, node: cst.AssignTarget) -> None:
-        if isinstance(node.target, cst.Name) and node.target.value == self.name:
-            self.own += 1   # the binding itself
-
-
-def _kept_to_itself(body: cst.CSTNode, name: str) -> bool:
+def _kept_to_itself(model, body: cst.CSTNode, name: str) -> bool:
     """Every use of `name` in the function's body (or the module) is its
     binding, an attribute of it or a call of it or of its methods, none of
     them in a nested function: the object is not handed on, and every call
     on it is in the scope's own code."""
-    uses = _Uses(name, nested=True)
-    body.visit(uses)
-    own = _Uses(name, nested=False)
-    body.visit(own)
-    return uses.total == own.own
+    return _name_counts(model, body).get(name, 0) == _own_name_uses(model, body).get(name, 0)
+
+
+@query(on_cycle=None)
+def _name_counts(model, body: cst.CSTNode) -> dict[str, int]:
+    """How many times each name is written under `body`, nested functions and
+    classes included, wherever a name stands (a def's name, a keyword, an
+    attribute after the dot too)."""
+    counts: dict[str, int] = {}
+    for node in every_node(body):
+        if isinstance(node, cst.Name):
+            counts[node.value] = counts.get(node.value, 0) + 1
+    return counts
+
+
+@query(on_cycle=None)
+def _own_name_uses(model, body: cst.CSTNode) -> dict[str, int]:
+    """Per name, its uses under `body` outside nested functions and classes
+    that keep the object to itself: `name.x`, `name(...)`, `name = ...`."""
+    counts: dict[str, int] = {}
+    for node in every_node(body, lambda n: not isinstance(n, (cst.FunctionDef, cst.ClassDef))):
+        if isinstance(node, cst.Attribute):
+            target = node.value
+        elif isinstance(node, cst.Call):
+            target = node.func
+        elif isinstance(node, cst.AssignTarget):
+            target = node.target
+        else:
+            continue
+        if isinstance(target, cst.Name):
+            counts[target.value] = counts.get(target.value, 0) + 1
+    return counts
 
 
 @query(on_cycle=frozenset())

@@ -77,6 +77,37 @@ def code_nodes(root: cst.CSTNode):
                 stack.extend(v for v in value if isinstance(v, cst.CSTNode))
 
 
+# Fields that only ever hold formatting tokens (never a name): `every_node` skips them.
+_FORMATTING_FIELD = re.compile(
+    r"whitespace|^(lpar|rpar|lbracket|rbracket|lbrace|rbrace|comma|semicolon|colon|dot|equal|arrow"
+    r"|leading_lines|lines_after_decorators|header|footer|newline|default_indicator)$"
+)
+_ALL_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def every_node(root: cst.CSTNode, descend=None):
+    """Every node under `root` (itself included), the names that `code_nodes`
+    skips too (a def's name, a keyword, an attribute after the dot), as
+    libcst's visitor reaches them but without rebuilding them; `descend(node)`
+    False: not below that node (the node itself is still given)."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        if descend is not None and node is not root and not descend(node):
+            continue
+        fields = _ALL_FIELDS.get(type(node))
+        if fields is None:
+            fields = _ALL_FIELDS[type(node)] = tuple(
+                f.name for f in dataclasses.fields(type(node)) if not _FORMATTING_FIELD.search(f.name))
+        for field in fields:
+            value = getattr(node, field)
+            if isinstance(value, cst.CSTNode):
+                stack.append(value)
+            elif isinstance(value, (list, tuple)):
+                stack.extend(v for v in value if isinstance(v, cst.CSTNode))
+
+
 def env_name(var: str) -> str:
     return f"os.environ[{var!r}]"
 
