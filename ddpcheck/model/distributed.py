@@ -11,9 +11,10 @@ import libcst as cst
 from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.script import FunctionInfo, ScriptModel
-from ddpcheck.model.flow import Class, callee_value, called_qual, library_bases
+from ddpcheck.model.flow import Class, Func, callee_value, called_qual, library_bases, value_of
+from ddpcheck.model.launchers import spawned_function
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
-from ddpcheck.model.flow import callees, resolve_call
+from ddpcheck.model.flow import resolve_call
 
 # A helper we cannot see whose name says it starts the process group.
 INIT_HELPER_NAME = re.compile(r"(init|setup|set_up|start).*(dist|ddp|process_group)|(dist|ddp).*(init|setup)", re.I)
@@ -70,11 +71,39 @@ def group_start_in(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> tupl
     found = next(((model, c) for c in calls if is_init_call(model, c)), None)
     if found is None and depth < 3:
         for c in calls:
-            target = resolve_call(model, c, INIT_NEED)
-            if target is not None and target[1] is not fn:
-                found = group_start_in(target[0], target[1], depth + 1)
-                if found is not None:
-                    break
+            for target in _runs(model, c, INIT_NEED):
+                if target[1] is not fn:
+                    found = group_start_in(target[0], target[1], depth + 1)
+                    if found is not None:
+                        return found
+    return found
+
+
+def _runs(model: ScriptModel, site, needs=()) -> list[tuple[ScriptModel, FunctionInfo]]:
+    """The functions of the tree a call runs: the one it calls, or, for a
+    worker spawn (`mp.start_processes(_worker, ...)`, `mp.spawn(fn, ...)`,
+    `Process(target=fn)`), the function every worker it starts runs."""
+    spawned = spawned_function(site)
+    if spawned is not None:
+        return [(a.model, a.fn) for a in value_of(model, spawned).atoms if isinstance(a, Func)]
+    target = resolve_call(model, site, needs)
+    return [target] if target is not None else []
+
+
+def _reached_functions(model: ScriptModel, calls) -> list[tuple[ScriptModel, FunctionInfo]]:
+    """The functions of the tree that running `calls` reaches, through calls
+    and worker spawns (`_runs`), any number of levels down, each once."""
+    found: list[tuple[ScriptModel, FunctionInfo]] = []
+    seen: set[int] = set()
+    todo = [(model, c) for c in calls]
+    while todo:
+        m, c = todo.pop()
+        for tmodel, fn in _runs(m, c):
+            if id(fn.node) in seen:
+                continue
+            seen.add(id(fn.node))
+            found.append((tmodel, fn))
+            todo.extend((tmodel, x) for x in tmodel.calls_in(fn))
     return found
 
 
@@ -164,7 +193,7 @@ def script_destroys(model: ScriptModel, runs=lambda fn: True) -> bool | None:
     result: bool | None = False
     if any(runs(ref.ctx.function) for ref in model.references.get("destroy_process_group", ())):
         result = True
-    elif any(is_destroy_call(m, c) for m, fn, _ in callees(model, calls) for c in m.calls_in(fn)):
+    elif any(is_destroy_call(m, c) for m, fn in _reached_functions(model, calls) for c in m.calls_in(fn)):
         result = True
     elif any(resolve_call(model, c) is None and c.attr and DESTROY_HELPER_NAME.search(c.attr)
              and not (c.qual or "").startswith("torch.") for c in calls):

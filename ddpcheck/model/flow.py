@@ -714,7 +714,7 @@ def _resolve_import(imported: Imported, needs: Need, assigned: bool) -> Value:
     for i in range(len(names), 0, -1):
         sub = ".".join(p for p in (module, *names[:i]) if p)
         found = project.find_module(model.path, sub, level)
-        if found is not None:
+        if found is not None and not _package_binds(project, model, module, names[:i], level):
             path, consumed = found, i
             break
     if path is None:
@@ -740,6 +740,19 @@ def _resolve_import(imported: Imported, needs: Need, assigned: bool) -> Value:
     for name in rest[1:]:
         value = _attribute(target, value, name)
     return value
+
+
+def _package_binds(project, model: ScriptModel, module: str, names: tuple[str, ...], level: int) -> bool:
+    """The package holding submodule `module.names` binds the submodule's
+    name itself in its `__init__.py` (`from .launch import launch`): as in
+    Python, `from pkg import launch` then gets that binding, the function,
+    not the submodule its import shadowed."""
+    parent = project.find_module(model.path, ".".join(p for p in (module, *names[:-1]) if p), level)
+    if parent is None or parent.name != "__init__.py":
+        return False
+    scanned = project.scan_of(parent)
+    return scanned is not None and names[-1] in scanned.bound and any(
+        name == names[-1] for _mod, _level, name in scanned.sources)
 
 
 def resolved_atoms(value: Value, needs: Need = (), assigned: bool = False) -> Value:

@@ -4,7 +4,7 @@ through constructors and methods; a recursive chain ends."""
 
 from __future__ import annotations
 
-from ddpcheck.model.distributed import group_start_in
+from ddpcheck.model.distributed import group_start_in, script_destroys
 from ddpcheck.model.flow import resolve_call
 from tests.conftest import write
 from tests.semantics.helpers import build_file
@@ -33,3 +33,28 @@ def test_a_chain_that_starts_nothing(tmp_path):
                                 "def never():\n    dist.init_process_group('gloo')\n")
     write(tmp_path / "train.py", "from walk import down\ndown(3)\n")
     assert _start(tmp_path, "down") is None
+
+
+_LAUNCHER = ("import torch.distributed as dist\nimport torch.multiprocessing as mp\n"
+             "def launch(main_func, gpus):\n"
+             "    mp.start_processes(_worker, nprocs=gpus, args=(main_func,), start_method='spawn')\n"
+             "def _worker(index, main_func):\n"
+             "    dist.init_process_group('nccl', rank=index)\n"
+             "    main_func()\n{teardown}")
+
+
+def test_a_group_started_in_the_workers_a_helper_spawns(tmp_path):
+    write(tmp_path / "pkg" / "__init__.py", "from .launch import launch\n")
+    write(tmp_path / "pkg" / "launch.py", _LAUNCHER.format(teardown=""))
+    # `from pkg import launch` is the function the package re-exports, not its submodule
+    write(tmp_path / "train.py", "from pkg import launch\ndef main():\n    pass\nlaunch(main, 2)\n")
+    assert _start(tmp_path, "launch") == ("launch.py", "dist.init_process_group")
+    model = build_file(tmp_path / "train.py", tmp_path)
+    assert script_destroys(model) is False
+
+
+def test_a_teardown_in_the_spawned_workers_is_seen(tmp_path):
+    write(tmp_path / "pkg" / "__init__.py", "from .launch import launch\n")
+    write(tmp_path / "pkg" / "launch.py", _LAUNCHER.format(teardown="    dist.destroy_process_group()\n"))
+    write(tmp_path / "train.py", "from pkg import launch\ndef main():\n    pass\nlaunch(main, 2)\n")
+    assert script_destroys(build_file(tmp_path / "train.py", tmp_path)) is True
