@@ -65,16 +65,7 @@ def code_nodes(root: cst.CSTNode):
     """Every node under `root` (itself included) in the fields that hold code,
     as the builder walks them, in no particular order: a walk of our own,
     since libcst's visitor rebuilds every node it passes."""
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        yield node
-        for field in _child_fields(type(node)):
-            value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
-                stack.append(value)
-            elif isinstance(value, (list, tuple)):
-                stack.extend(v for v in value if isinstance(v, cst.CSTNode))
+    return _walk(root, _child_fields, None)
 
 
 # Fields that only ever hold formatting tokens (never a name): `every_node` skips them.
@@ -85,22 +76,30 @@ _FORMATTING_FIELD = re.compile(
 _ALL_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
+def _all_fields(node_type: type) -> tuple[str, ...]:
+    fields = _ALL_FIELDS.get(node_type)
+    if fields is None:
+        fields = _ALL_FIELDS[node_type] = tuple(
+            f.name for f in dataclasses.fields(node_type) if not _FORMATTING_FIELD.search(f.name))
+    return fields
+
+
 def every_node(root: cst.CSTNode, descend=None):
     """Every node under `root` (itself included), the names that `code_nodes`
     skips too (a def's name, a keyword, an attribute after the dot), as
     libcst's visitor reaches them but without rebuilding them; `descend(node)`
     False: not below that node (the node itself is still given)."""
+    return _walk(root, _all_fields, descend)
+
+
+def _walk(root: cst.CSTNode, fields_of, descend):
     stack = [root]
     while stack:
         node = stack.pop()
         yield node
         if descend is not None and node is not root and not descend(node):
             continue
-        fields = _ALL_FIELDS.get(type(node))
-        if fields is None:
-            fields = _ALL_FIELDS[type(node)] = tuple(
-                f.name for f in dataclasses.fields(type(node)) if not _FORMATTING_FIELD.search(f.name))
-        for field in fields:
+        for field in fields_of(type(node)):
             value = getattr(node, field)
             if isinstance(value, cst.CSTNode):
                 stack.append(value)
