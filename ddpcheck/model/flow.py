@@ -751,8 +751,10 @@ def _package_binds(project, model: ScriptModel, module: str, names: tuple[str, .
     if parent is None or parent.name != "__init__.py":
         return False
     scanned = project.scan_of(parent)
+    # `from .launch import launch` (a name from inside the submodule) shadows it; `from . import
+    # utils` binds the submodule itself
     return scanned is not None and names[-1] in scanned.bound and any(
-        name == names[-1] for _mod, _level, name in scanned.sources)
+        name == names[-1] and mod.rpartition(".")[2] == names[-1] for mod, _level, name in scanned.sources)
 
 
 def resolved_atoms(value: Value, needs: Need = (), assigned: bool = False) -> Value:

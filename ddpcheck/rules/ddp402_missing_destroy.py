@@ -55,6 +55,17 @@ def _one_call_per_idempotent_start(helpers: list) -> list:
     return kept
 
 
+# methods Python runs without a call written out: `with Runner():` runs `__exit__`, and the
+# interpreter runs `__del__`
+_RUN_IMPLICITLY = frozenset({"__exit__", "__aexit__", "__del__"})
+
+
+def _runs(model: ScriptModel, fn) -> bool:
+    """Code of the file the script runs, for its teardown: what it calls or
+    hands on, and a class's `__exit__` / `__del__`."""
+    return script_reaches(model, fn) or (fn is not None and fn.class_name is not None and fn.name in _RUN_IMPLICITLY)
+
+
 @register
 class MissingDestroy(Rule):
     code = "DDP402"
@@ -75,7 +86,7 @@ class MissingDestroy(Rule):
         inits = [c for c in model.calls if is_init_call(model, c) and script_reaches(model, c.ctx.function)]
         helpers = [] if inits else [(c, t) for c in model.calls if script_reaches(model, c.ctx.function)
                                     for t in [starting_helper(model, c)] if t is not None]
-        if not (inits or helpers) or script_destroys(model, lambda fn: script_reaches(model, fn)) is not False:
+        if not (inits or helpers) or script_destroys(model, lambda fn: _runs(model, fn)) is not False:
             return
         helpers = _one_call_per_idempotent_start(helpers)
         for site, (hmodel, init) in helpers:

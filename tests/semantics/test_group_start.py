@@ -58,3 +58,12 @@ def test_a_teardown_in_the_spawned_workers_is_seen(tmp_path):
     write(tmp_path / "pkg" / "launch.py", _LAUNCHER.format(teardown="    dist.destroy_process_group()\n"))
     write(tmp_path / "train.py", "from pkg import launch\ndef main():\n    pass\nlaunch(main, 2)\n")
     assert script_destroys(build_file(tmp_path / "train.py", tmp_path)) is True
+
+
+def test_a_package_that_imports_its_own_submodule_still_gives_the_submodule(tmp_path):
+    # `from . import comm` in __init__.py binds the submodule itself: `from pkg import comm` is it
+    write(tmp_path / "pkg" / "__init__.py", "from . import comm\n")
+    write(tmp_path / "pkg" / "comm.py", "import torch.distributed as dist\ndef start():\n"
+                                        "    dist.init_process_group('nccl')\n")
+    write(tmp_path / "train.py", "from pkg import comm\ncomm.start()\n")
+    assert _start(tmp_path, "comm.start") == ("comm.py", "dist.init_process_group")
