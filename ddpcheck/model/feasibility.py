@@ -27,9 +27,9 @@ from itertools import product
 import libcst as cst
 
 from ddpcheck.model.dataflow import Entry
-from ddpcheck.model.flow import argument_expr, arguments_for, sole_binding, visible_bindings
+from ddpcheck.model.flow import argument_expr, arguments_for, called_qual, sole_binding, value_of, visible_bindings
 from ddpcheck.model.memo import query
-from ddpcheck.model.names import dotted_name
+from ddpcheck.model.names import dotted_name, is_torch_api
 from ddpcheck.model.script import Ctx, ScriptModel
 
 # Calls whose answer does not change during a run (the machine's devices, the
@@ -126,6 +126,10 @@ def _formula(model, expr, frame, atoms: dict, followed: frozenset):
         op = _NEGATED[type(expr.comparisons[0].operator)]
         key = _comparison_key(model, expr, op, frame)
         return ("not", _atom(atoms, key))
+    if frame is not None and isinstance(expr, cst.Call):
+        truth = _wrapper_isinstance(model, expr, frame)
+        if truth is not None:
+            return ("const", truth)
     if frame is not None and isinstance(expr, cst.Name):
         # a parameter tested for truth: what the call passes, with its own tests
         arg = _argument(model, expr, frame)
@@ -172,6 +176,45 @@ def _argument(model, name: cst.Name, frame):
         default = _default(fn, name.value)
         return (model, default) if default is not None else None
     return caller_model, arg
+
+
+_WRAPPER_CLASSES = ("DataParallel", "DistributedDataParallel")
+
+
+def _wrapper_isinstance(model, test: cst.Call, frame) -> bool | None:
+    """`isinstance(p, C)` on a parameter `p` of the frame's function, with C
+    torch's DataParallel / DistributedDataParallel (or a tuple of them): its
+    truth when every object the call passes for `p` is made by one of those
+    classes (`save(model)` with `model = DDP(net)` makes `isinstance(model,
+    DDP)` true there); None when anything else decides it."""
+    if dotted_name(test.func) != "isinstance" or len(test.args) != 2 or any(a.star for a in test.args):
+        return None
+    subject, classes = test.args[0].value, test.args[1].value
+    named = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
+    kinds = set()
+    for cls in named:
+        qual = model.imports.qualify(dotted_name(cls) or "")
+        if "." not in qual or not is_torch_api(qual, *_WRAPPER_CLASSES):
+            return None
+        kinds.add(qual.rpartition(".")[2])
+    if not isinstance(subject, cst.Name):
+        return None
+    arg = _argument(model, subject, frame)
+    if arg is None:
+        return None
+    made = value_of(arg[0], arg[1]).made
+    value = value_of(arg[0], arg[1])
+    if not made or len(made) != len(value.atoms):
+        return None   # something else than objects made by calls: not known
+    held = set()
+    for atom in made:
+        qual = called_qual(atom.model, atom.site) or ""
+        if "." not in qual or not is_torch_api(qual, *_WRAPPER_CLASSES):
+            return None
+        held.add(qual.rpartition(".")[2])
+    if held <= kinds:
+        return True
+    return False if not held & kinds else None
 
 
 def _default(fn, name: str):

@@ -105,3 +105,19 @@ def test_the_wrapper_kinds_a_test_tells_apart(test, kinds):
     model = build(code)
     expr, _ = marked(model)
     assert kinds_told_apart(model, expr) == kinds
+
+
+_REBOUND = ("import torch\nfrom torch.nn import DataParallel\n"
+            "from torch.nn.parallel import DistributedDataParallel as DDP\n"
+            "def save(model):\n    if isinstance(model, {cls}):\n        model = model.module\n    use(model)\n"
+            "def main(net):\n    model = {wrap}(net)\n    save(model)\n")
+
+
+@pytest.mark.parametrize("cls, wrap, wrapped", [
+    ("DDP", "DDP", False),                           # unwrapped on the only path the call takes
+    ("(DataParallel, DDP)", "DataParallel", False),
+    ("DataParallel", "DDP", True),                   # a DDP model is no DataParallel: still the wrapper
+    ("DDP", "DataParallel", True),
+])
+def test_an_isinstance_rebinding_is_judged_by_what_the_call_passes(cls, wrap, wrapped):
+    assert (held(build(_REBOUND.format(cls=cls, wrap=wrap))) is not None) is wrapped
