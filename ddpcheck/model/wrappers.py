@@ -37,8 +37,21 @@ _UNWRAP_NAMES = frozenset({"module", "isinstance", "hasattr", "DataParallel", "D
 
 def tells_wrapper_apart(model: ScriptModel, test: cst.BaseExpression) -> bool:
     """A test that tells the wrapper apart: `hasattr(model, "module")`,
-    `isinstance(model, DDP)`, `model.module is not None`."""
-    return any(n.rpartition(".")[2] in _UNWRAP_NAMES for n in reads(model, test))
+    `isinstance(model, DDP)`, `model.module is not None`, or a call of a
+    function of the tree that returns such a test (`is_parallel(model)`
+    returning `type(model) in (nn.DataParallel, nn.parallel.DistributedDataParallel)`)."""
+    if any(n.rpartition(".")[2] in _UNWRAP_NAMES for n in reads(model, test)):
+        return True
+    node = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
+    site = model.site_of.get(id(node)) if isinstance(node, cst.Call) else None
+    target = resolve_call(model, site) if site is not None else None
+    return target is not None and _returns_wrapper_test(*target)
+
+
+@query(on_cycle=False)
+def _returns_wrapper_test(model: ScriptModel, fn: FunctionInfo) -> bool:
+    """Every value `fn` returns is a test that tells the wrapper apart."""
+    return bool(fn.returns) and all(expr is not None and tells_wrapper_apart(model, expr) for expr, _ctx in fn.returns)
 
 
 def kinds_told_apart(model: ScriptModel, test: cst.BaseExpression) -> frozenset[str] | None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from ddpcheck.model.values import wraps
-from ddpcheck.model.wrappers import kinds_told_apart, wrapper_in
+from ddpcheck.model.wrappers import kinds_told_apart, tells_wrapper_apart, wrapper_in
 from tests.conftest import write
 from tests.semantics.helpers import build, build_file, marked
 
@@ -121,3 +121,17 @@ _REBOUND = ("import torch\nfrom torch.nn import DataParallel\n"
 ])
 def test_an_isinstance_rebinding_is_judged_by_what_the_call_passes(cls, wrap, wrapped):
     assert (held(build(_REBOUND.format(cls=cls, wrap=wrap))) is not None) is wrapped
+
+
+@pytest.mark.parametrize("helper, told", [
+    ("return type(m) in (nn.parallel.DataParallel, nn.parallel.DistributedDataParallel)", True),
+    ("return hasattr(m, 'module')", True),
+    ("return m.training", False),                   # says nothing of the wrapper
+    ("if m is None:\n        return False\n    return isinstance(m, DDP)", False),   # one return tells nothing
+])
+def test_a_call_of_a_helper_returning_a_wrapper_test_tells_it_apart(helper, told):
+    code = ("import torch.nn as nn\nfrom torch.nn.parallel import DistributedDataParallel as DDP\n"
+            f"def is_parallel(m):\n    {helper}\nuse(is_parallel(net))\nuse(not is_parallel(net), 1)\n")
+    model = build(code)
+    assert tells_wrapper_apart(model, marked(model)[0]) is told
+    assert tells_wrapper_apart(model, marked(model, nth=1)[0]) is told
