@@ -29,7 +29,7 @@ import libcst as cst
 from ddpcheck.model.dataflow import Entry
 from ddpcheck.model.flow import argument_expr, arguments_for, called_qual, sole_binding, value_of, visible_bindings
 from ddpcheck.model.memo import query
-from ddpcheck.model.names import dotted_name, is_torch_api
+from ddpcheck.model.names import WRAPPER_CLASSES, dotted_name, is_torch_api, wrapper_classes_named
 from ddpcheck.model.script import Ctx, ScriptModel
 
 # Calls whose answer does not change during a run (the machine's devices, the
@@ -178,9 +178,6 @@ def _argument(model, name: cst.Name, frame):
     return caller_model, arg
 
 
-_WRAPPER_CLASSES = ("DataParallel", "DistributedDataParallel")
-
-
 def _wrapper_isinstance(model, test: cst.Call, frame) -> bool | None:
     """`isinstance(p, C)` on a parameter `p` of the frame's function, with C
     torch's DataParallel / DistributedDataParallel (or a tuple of them): its
@@ -190,26 +187,18 @@ def _wrapper_isinstance(model, test: cst.Call, frame) -> bool | None:
     if dotted_name(test.func) != "isinstance" or len(test.args) != 2 or any(a.star for a in test.args):
         return None
     subject, classes = test.args[0].value, test.args[1].value
-    named = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
-    kinds = set()
-    for cls in named:
-        qual = model.imports.qualify(dotted_name(cls) or "")
-        if "." not in qual or not is_torch_api(qual, *_WRAPPER_CLASSES):
-            return None
-        kinds.add(qual.rpartition(".")[2])
-    if not isinstance(subject, cst.Name):
-        return None
-    arg = _argument(model, subject, frame)
+    kinds = wrapper_classes_named(model.imports, classes)
+    arg = _argument(model, subject, frame) if kinds is not None and isinstance(subject, cst.Name) else None
     if arg is None:
         return None
-    made = value_of(arg[0], arg[1]).made
     value = value_of(arg[0], arg[1])
+    made = value.made
     if not made or len(made) != len(value.atoms):
         return None   # something else than objects made by calls: not known
     held = set()
     for atom in made:
         qual = called_qual(atom.model, atom.site) or ""
-        if "." not in qual or not is_torch_api(qual, *_WRAPPER_CLASSES):
+        if "." not in qual or not is_torch_api(qual, *WRAPPER_CLASSES):
             return None
         held.add(qual.rpartition(".")[2])
     if held <= kinds:

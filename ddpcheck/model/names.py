@@ -120,3 +120,21 @@ def is_torch_api(qualname: str | None, *names: str, module: str = "torch") -> bo
     if "." not in qualname:
         return True
     return qualname.startswith(module + ".") or qualname == module
+
+
+WRAPPER_CLASSES = ("DataParallel", "DistributedDataParallel")
+
+
+def wrapper_classes_named(imports: ImportTable, classes: cst.BaseExpression) -> frozenset[str] | None:
+    """The torch wrapper classes (`DataParallel`, `DistributedDataParallel`)
+    that an `isinstance` second argument names, one class or a tuple of them;
+    None when it names anything else (a class of the tree, an alias the
+    imports do not tell)."""
+    named = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
+    kinds = set()
+    for cls in named:
+        qual = imports.qualify(dotted_name(cls) or "")
+        if "." not in qual or not is_torch_api(qual, *WRAPPER_CLASSES):
+            return None
+        kinds.add(last(qual))
+    return frozenset(kinds)

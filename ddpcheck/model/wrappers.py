@@ -19,7 +19,7 @@ from ddpcheck.model.flow import (
     resolve_call, value_of,
 )
 from ddpcheck.model.launch import launch_commands
-from ddpcheck.model.names import dotted_name, is_torch_api
+from ddpcheck.model.names import dotted_name, wrapper_classes_named
 from ddpcheck.model.memo import query
 from ddpcheck.model.paths import path_spelling
 from ddpcheck.model.reads import literal_text, reads
@@ -42,7 +42,7 @@ def tells_wrapper_apart(model: ScriptModel, test: cst.BaseExpression) -> bool:
     returning `type(model) in (nn.DataParallel, nn.parallel.DistributedDataParallel)`)."""
     if any(n.rpartition(".")[2] in _UNWRAP_NAMES for n in reads(model, test)):
         return True
-    node = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
+    node = _without_not(test)
     site = model.site_of.get(id(node)) if isinstance(node, cst.Call) else None
     target = resolve_call(model, site) if site is not None else None
     return target is not None and _returns_wrapper_test(*target)
@@ -64,19 +64,15 @@ def kinds_told_apart(model: ScriptModel, test: cst.BaseExpression) -> frozenset[
     that tells nothing."""
     if not tells_wrapper_apart(model, test):
         return frozenset()
-    node = test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
+    node = _without_not(test)
     if not (isinstance(node, cst.Call) and dotted_name(node.func) == "isinstance" and len(node.args) == 2):
         return None
-    classes = node.args[1].value
-    named = [e.value for e in classes.elements] if isinstance(classes, cst.Tuple) else [classes]
-    kinds = set()
-    for cls in named:
-        written = dotted_name(cls)
-        qual = model.imports.qualify(written) if written else None
-        if qual is None or "." not in qual or not is_torch_api(qual, *_PREFIXING):
-            return None
-        kinds.add(qual.rpartition(".")[2])
-    return frozenset(kinds)
+    return wrapper_classes_named(model.imports, node.args[1].value)
+
+
+def _without_not(test: cst.BaseExpression) -> cst.BaseExpression:
+    """`x` for `not x`: both tell the same things apart."""
+    return test.expression if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not) else test
 
 
 def tells_kinds_apart(model: ScriptModel, test: cst.BaseExpression, kinds: frozenset[str]) -> bool:
@@ -676,12 +672,8 @@ def _wrapped_file_names(model: ScriptModel) -> frozenset[str]:
         for sink in m.calls:
             path = sink.arg("f", 1) if sink.qual in TORCH_SAVE else None
             name = _file_name(m, path) if path is not None else None
-            if not name:
-                continue
-            for sd in saved_state_dicts(m, sink, lambda _m, _n: False):
-                found = wrapper_in(m, sd.receiver, sd.ctx) if sd.receiver is not None else None
-                if found is not None and found[0].kind in _PREFIXING and not found[0].overrides("state_dict"):
-                    names.add(name)
+            if name and _saves_prefixed_keys(m, sink):
+                names.add(name)
     return frozenset(names)
 
 
@@ -769,8 +761,7 @@ def _writes_wrapped_through_calls(model: ScriptModel, spelling: str) -> bool:
                 if type(param) is not Param or param.fn is not fn:
                     continue
                 bound, arg = argument_expr(call, fn, param.name)
-                found = wrapper_in(model, arg, call.ctx) if bound and arg is not None else None
-                if found is not None and found[0].kind in _PREFIXING and not found[0].overrides("state_dict"):
+                if bound and arg is not None and _prefixing(wrapper_in(model, arg, call.ctx)):
                     return True
     return False
 
@@ -811,11 +802,21 @@ def _writes_wrapped(model: ScriptModel, spelling: str) -> bool:
         path = sink.arg("f", 1) if sink.qual in TORCH_SAVE else None
         if path is None or path_spelling(model, path) != spelling:
             continue
-        for sd in saved_state_dicts(model, sink, lambda _m, _n: False):
-            found = wrapper_in(model, sd.receiver, sd.ctx) if sd.receiver is not None else None
-            if found is not None and found[0].kind in _PREFIXING and not found[0].overrides("state_dict"):
-                return True
+        if _saves_prefixed_keys(model, sink):
+            return True
     return False
+
+
+def _saves_prefixed_keys(model: ScriptModel, sink: CallSite) -> bool:
+    """The `torch.save` writes the `state_dict()` of a DDP / DataParallel
+    wrapper (keys with `module.`)."""
+    return any(sd.receiver is not None and _prefixing(wrapper_in(model, sd.receiver, sd.ctx))
+               for sd in saved_state_dicts(model, sink, lambda _m, _n: False))
+
+
+def _prefixing(found) -> bool:
+    """A wrapper found (`wrapper_in`) whose `state_dict()` keys carry `module.`."""
+    return found is not None and found[0].kind in _PREFIXING and not found[0].overrides("state_dict")
 
 
 @query(on_cycle=False)
