@@ -14,7 +14,7 @@ from ddpcheck.model.script import FunctionInfo, ScriptModel
 from ddpcheck.model.flow import Class, Func, callee_value, called_qual, library_bases, value_of
 from ddpcheck.model.launchers import spawned_function
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
-from ddpcheck.model.flow import resolve_call
+from ddpcheck.model.flow import callees, resolve_call
 
 # A helper we cannot see whose name says it starts the process group.
 INIT_HELPER_NAME = re.compile(r"(init|setup|set_up|start).*(dist|ddp|process_group)|(dist|ddp).*(init|setup)", re.I)
@@ -80,7 +80,7 @@ def group_start_in(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> tupl
 
 
 def _runs(model: ScriptModel, site, needs=()) -> list[tuple[ScriptModel, FunctionInfo]]:
-    """The functions of the tree a call runs: the one it calls, or, for a
+    """The functions of the tree a call runs (`callees`' `runs`): the one it calls, or, for a
     worker spawn (`mp.start_processes(_worker, ...)`, `mp.spawn(fn, ...)`,
     `Process(target=fn)`), the function every worker it starts runs."""
     spawned = spawned_function(site)
@@ -88,23 +88,6 @@ def _runs(model: ScriptModel, site, needs=()) -> list[tuple[ScriptModel, Functio
         return [(a.model, a.fn) for a in value_of(model, spawned).atoms if isinstance(a, Func)]
     target = resolve_call(model, site, needs)
     return [target] if target is not None else []
-
-
-def _reached_functions(model: ScriptModel, calls) -> list[tuple[ScriptModel, FunctionInfo]]:
-    """The functions of the tree that running `calls` reaches, through calls
-    and worker spawns (`_runs`), any number of levels down, each once."""
-    found: list[tuple[ScriptModel, FunctionInfo]] = []
-    seen: set[int] = set()
-    todo = [(model, c) for c in calls]
-    while todo:
-        m, c = todo.pop()
-        for tmodel, fn in _runs(m, c):
-            if id(fn.node) in seen:
-                continue
-            seen.add(id(fn.node))
-            found.append((tmodel, fn))
-            todo.extend((tmodel, x) for x in tmodel.calls_in(fn))
-    return found
 
 
 def function_inits(model: ScriptModel, fn: FunctionInfo) -> bool:
@@ -193,7 +176,7 @@ def script_destroys(model: ScriptModel, runs=lambda fn: True) -> bool | None:
     result: bool | None = False
     if any(runs(ref.ctx.function) for ref in model.references.get("destroy_process_group", ())):
         result = True
-    elif any(is_destroy_call(m, c) for m, fn in _reached_functions(model, calls) for c in m.calls_in(fn)):
+    elif any(is_destroy_call(m, c) for m, fn, _ in callees(model, calls, _runs) for c in m.calls_in(fn)):
         result = True
     elif any(resolve_call(model, c) is None and c.attr and DESTROY_HELPER_NAME.search(c.attr)
              and not (c.qual or "").startswith("torch.") for c in calls):

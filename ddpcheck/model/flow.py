@@ -2595,21 +2595,28 @@ def params_handed_on(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[str, C
     return tuple(found)
 
 
-def callees(model: ScriptModel, calls: Iterable[CallSite]) -> Iterator[tuple[ScriptModel, FunctionInfo, CallSite]]:
+def callees(model: ScriptModel, calls: Iterable[CallSite], runs=None
+            ) -> Iterator[tuple[ScriptModel, FunctionInfo, CallSite]]:
     """The functions reached from `calls` (resolved, transitively: every
-    function they lead to, each once), with the call in *this* file that leads there."""
+    function they lead to, each once), with the call in *this* file that leads there.
+    `runs(model, call)`: the functions of the tree a call runs, when more than
+    the one it calls count (a worker spawn's target); default `resolve_call`."""
     seen: set[int] = set()
     frontier = [(model, c, c) for c in calls]
     while frontier:
         nxt = []
         for m, call, origin in frontier:
-            target = resolve_call(m, call)
-            if target is None or id(target[1].node) in seen:
-                continue
-            seen.add(id(target[1].node))
-            tmodel, fn = target
-            yield tmodel, fn, origin
-            nxt.extend((tmodel, c, origin) for c in tmodel.calls_in(fn))
+            if runs is None:
+                target = resolve_call(m, call)
+                targets = [target] if target is not None else []
+            else:
+                targets = runs(m, call)
+            for tmodel, fn in targets:
+                if id(fn.node) in seen:
+                    continue
+                seen.add(id(fn.node))
+                yield tmodel, fn, origin
+                nxt.extend((tmodel, c, origin) for c in tmodel.calls_in(fn))
         frontier = nxt
 
 
