@@ -2595,13 +2595,18 @@ def params_handed_on(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[str, C
     return tuple(found)
 
 
-def callees(model: ScriptModel, calls: Iterable[CallSite], runs=None
+def callees(model: ScriptModel, calls: Iterable[CallSite], runs=None, exclude: Iterable[FunctionInfo] = ()
             ) -> Iterator[tuple[ScriptModel, FunctionInfo, CallSite]]:
     """The functions reached from `calls` (resolved, transitively: every
-    function they lead to, each once), with the call in *this* file that leads there.
+    function they lead to, each once), with the call in *this* file that leads there,
+    nearest first (breadth first: every function one call away, then two, ...).
+    Iterative, so a chain of any length is followed without growing Python's
+    stack, and a cycle ends where it comes back to a function already reached.
     `runs(model, call)`: the functions of the tree a call runs, when more than
-    the one it calls count (a worker spawn's target); default `resolve_call`."""
-    seen: set[int] = set()
+    the one it calls count (a worker spawn's target), or fewer (only into
+    modules that can reach some words); default `resolve_call`.
+    `exclude`: functions not to enter (the one the calls are in)."""
+    seen: set[int] = {id(fn.node) for fn in exclude}
     frontier = [(model, c, c) for c in calls]
     while frontier:
         nxt = []
@@ -2620,6 +2625,37 @@ def callees(model: ScriptModel, calls: Iterable[CallSite], runs=None
         frontier = nxt
 
 
+
+def derived_from(value: Value, site: CallSite) -> bool:
+    """`value` may hold what the call `site` returned or a part of it: the
+    object itself, an entry or attribute of it (`ck["model"]`, `ck.state`,
+    any number of levels down), or what a method of it returns
+    (`ck.get("model", ck)`, `ck["model"].copy()`)."""
+    seen: set[int] = set()
+    todo = list(value.atoms)
+    while todo:
+        atom = todo.pop()
+        if id(atom) in seen:
+            continue
+        seen.add(id(atom))
+        if isinstance(atom, (Item, Member)):
+            todo.append(atom.receiver)
+        elif isinstance(atom, Made):
+            if atom.site is site:
+                return True
+            func = atom.site.node.func
+            if isinstance(func, cst.Attribute):   # a method of an object: what it returns comes from it
+                todo.extend(value_of(atom.model, func.value).atoms)
+    return False
+
+
+def functions_reached(model: ScriptModel, fn: FunctionInfo, runs=None) -> Iterator[tuple[ScriptModel, FunctionInfo]]:
+    """`fn` itself, then every function of the tree that running it leads
+    to (`callees` of its calls, with `runs`), nearest first, each once."""
+    yield model, fn
+    for m, reached, _ in callees(model, model.calls_in(fn), runs, exclude=(fn,)):
+        yield m, reached
+
 __all__ = [
     "Value", "Made", "Param", "Const", "Opaque", "Func", "Class", "Lib", "Imported", "Module", "Bound", "Member",
     "Seq", "Mapping", "Super", "UNKNOWN_CONSTANT", "EMPTY", "Argument", "Pass",
@@ -2628,7 +2664,7 @@ __all__ = [
     "call_targets", "resolve_call", "calls_plain_function", "constructs", "called_qual", "called_qual_from", "called_name", "is_api_call", "callee_value",
     "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
     "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
-    "argument_expr", "binds_receiver", "builtin_call", "union", "is_generator", "first_call_reaching", "callees", "bindings_of",
+    "argument_expr", "binds_receiver", "builtin_call", "union", "is_generator", "first_call_reaching", "callees", "functions_reached", "derived_from", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
     "argument_places", "literal_entry", "entry_expressions", "field_expressions", "record_fields", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
     "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped", "params_handed_on",

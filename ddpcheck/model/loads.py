@@ -10,12 +10,12 @@ import re
 
 import libcst as cst
 
-from ddpcheck.model.flow import names_behind, resolve_call
+from ddpcheck.model.flow import derived_from, names_behind, resolve_call, value_of
 from ddpcheck.model.guards import function_worlds, relevant_frames, worlds_from_call
 from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.paths import in_memory
-from ddpcheck.model.reads import reads, reads_name, strings_in
+from ddpcheck.model.reads import strings_in
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.values import exclusive
 from ddpcheck.model.worlds import DN
@@ -59,16 +59,17 @@ def looks_like_weights(model: ScriptModel, site: CallSite) -> bool:
 def feeds_load_state_dict(model: ScriptModel, site: CallSite) -> bool:
     """What the load returns goes into a `load_state_dict(...)` of the same
     function: in the same statement (`opt.load_state_dict(torch.load(p))`),
-    or through the name it is stored in (`ck = torch.load(p)` ...
-    `net.load_state_dict(ck["model"])`). Such a load restores tensors saved
-    from a model or an optimizer: weights, whatever the file is called."""
-    stmt = site.stmt
-    loads_into = [c for c in model.calls_in(site.ctx.function) if c.attr == "load_state_dict"]
-    if any(c.stmt is stmt for c in loads_into):
-        return True
-    keys = [a.key for a in model.assigns_in(site.ctx.function)
-            if a.value is not None and any(v is site.node for v in _values(a.value))]
-    return any(reads_name(reads(model, a.value), key) for key in keys for c in loads_into for a in c.node.args)
+    or as a value that holds it or a part of it (`ck = torch.load(p)` ...
+    `net.load_state_dict(ck["model"])`, `sd = ck["model"]` ...
+    `net.load_state_dict(sd)`, `ck.get("state_dict", ck)`). Such a load
+    restores tensors saved from a model or an optimizer: weights, whatever
+    the file is called."""
+    for c in model.calls_in(site.ctx.function):
+        if c.attr != "load_state_dict":
+            continue
+        if c.stmt is site.stmt or any(derived_from(value_of(model, a.value), site) for a in c.node.args):
+            return True
+    return False
 
 
 def _values(expr) -> list:

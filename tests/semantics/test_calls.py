@@ -81,7 +81,7 @@ def test_a_call_of_a_plain_function_is_told_from_methods_and_constructors():
     assert plain == {"Hook": False, "restore": True, "hook": False, "hook.write": False}
 
 
-def test_a_load_feeds_load_state_dict_in_the_statement_or_through_its_name():
+def test_a_load_feeds_load_state_dict_in_the_statement_or_through_what_holds_it():
     model = build("""
         import torch
         def a(net, p):
@@ -92,9 +92,31 @@ def test_a_load_feeds_load_state_dict_in_the_statement_or_through_its_name():
         def c(p):
             table = torch.load(p)
             return table
+        def d(net, p):
+            od = torch.load(p)
+            saved = od["model"]
+            net.load_state_dict(saved)
+        def e(net, p):
+            ck = torch.load(p)
+            net.load_state_dict(ck.get("state_dict", ck)["a"])
+        def f(net, p, q):
+            ck = torch.load(p)
+            other = torch.load(q)
+            net.load_state_dict(other)
+            return ck
+        def g(net, p):
+            ck = torch.load(p)
+            if "model" in ck:
+                ck = ck["model"]
+            net.module.load_state_dict(ck, strict=False)
     """)
-    loads = {c.ctx.function.name: feeds_load_state_dict(model, c) for c in model.calls if c.func == "torch.load"}
-    assert loads == {"a": True, "b": True, "c": False}
+    loads = {}
+    for c in model.calls:
+        if c.func == "torch.load":
+            loads.setdefault(c.ctx.function.name, []).append(feeds_load_state_dict(model, c))
+    # `f`: the first load is returned, the second one goes into the model
+    assert loads == {"a": [True], "b": [True], "c": [False], "d": [True], "e": [True], "f": [False, True],
+                     "g": [True]}
 
 
 def test_dunder_calls_written_out_are_the_builtins():
