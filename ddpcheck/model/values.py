@@ -15,8 +15,8 @@ from typing import Iterator
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    LOADER_NEED, Class, Made, Value, call_argument, call_targets, callee_value, element_of, instance_of,
-    is_api_call, library_bases, mro, resolved, value_of,
+    LOADER_NEED, Class, Made, Super, Value, bind, call_argument, call_targets, callee_value, element_of,
+    instance_of, is_api_call, library_bases, mro, resolved, value_of,
 )
 from ddpcheck.model.library import RETURNS_RECEIVER
 from ddpcheck.model.memo import query
@@ -117,6 +117,9 @@ class LoaderInfo:
     samplers: tuple[SamplerInfo, ...]      # DistributedSamplers feeding it
     batch_sampler_keys: tuple[str, ...]     # names of BatchSamplers in between
     batch_sampler_sizes: tuple[cst.BaseExpression, ...] = ()   # their batch_size arguments
+    # an object of a class of the tree deriving from DataLoader (values.subclass_loaders): the
+    # samplers are those its constructor hands to DataLoader's; its own arguments are not DataLoader's
+    subclass: bool = False
     # The function holding `key`: where the DataLoader was built, or, for a
     # loader a local builder returns (`train_loader = build_loader(cfg)`), the caller.
     holder: FunctionInfo | None = None
@@ -134,6 +137,8 @@ class LoaderInfo:
     def batch_size(self) -> cst.BaseExpression | None:
         """The per-process batch: the loader's own, or its BatchSampler's
         (`BatchSampler(sampler, hypes['batch_size'], drop_last=True)`)."""
+        if self.subclass:
+            return None
         own = self.site.arg("batch_size", 1)
         if own is not None or not self.batch_sampler_sizes:
             return own
@@ -195,6 +200,46 @@ def loaders(model: ScriptModel) -> list[LoaderInfo]:
         result.append(LoaderInfo(model, site, key_of(model, site), tuple(samplers), tuple(batch_keys),
                                  tuple(batch_sizes)))
     return result
+
+
+@query
+def subclass_loaders(model: ScriptModel) -> list[LoaderInfo]:
+    """The objects of classes of the tree deriving from DataLoader made in
+    this file (`MNISTDataLoader(root, batch_size, train=True)`), with the
+    DistributedSamplers their constructor hands to DataLoader's own
+    (`super().__init__(dataset, sampler=sampler, ...)`), seen from this call
+    (the constructor's parameters bound to its arguments). A subclass whose
+    constructor reaches DataLoader's through another class of the tree, or
+    not through `super()`, is not known here (no entry). `batch_size` is left
+    unknown: the constructor's own signature says nothing of DataLoader's."""
+    result = []
+    for site in model.calls:
+        if is_api_call(model, site, "DataLoader") or not instance_of(Made(model, site), "DataLoader"):
+            continue
+        targets = call_targets(model, site)
+        if len(targets) != 1:
+            continue
+        imodel, init = targets[0]
+        base = _base_constructor_call(imodel, init)
+        if base is None:
+            continue
+        handed = call_argument(imodel, base, "sampler", 3)
+        samplers = samplers_in(model, bind(model, site, handed)) if handed is not None else []
+        result.append(LoaderInfo(model, site, key_of(model, site), tuple(samplers), (), (), subclass=True))
+    return result
+
+
+def _base_constructor_call(model: ScriptModel, init: FunctionInfo) -> CallSite | None:
+    """The `super().__init__(...)` (or `super(Cls, self).__init__(...)`) call of a
+    constructor, when it runs a library class's constructor (no `__init__` of
+    the tree between)."""
+    for c in model.calls_in(init):
+        func = c.node.func
+        if c.attr != "__init__" or not isinstance(func, cst.Attribute) or call_targets(model, c):
+            continue
+        if any(isinstance(a, Super) for a in value_of(model, func.value).atoms):
+            return c
+    return None
 
 
 @query
@@ -386,6 +431,6 @@ def wraps_before(model: ScriptModel, key: str, site: CallSite, kind: str | None 
 
 
 __all__ = [
-    "call_arg", "loaders", "held_loaders", "held_sharded_for_sure", "sharded_held_loaders", "wraps", "distributed_samplers", "samplers_in", "is_api_call",
+    "call_arg", "loaders", "subclass_loaders", "held_loaders", "held_sharded_for_sure", "sharded_held_loaders", "wraps", "distributed_samplers", "samplers_in", "is_api_call",
     "exclusive", "key_of", "call_site", "EVAL_NAME", "direct_values",
 ]

@@ -6,11 +6,11 @@ from typing import Iterator
 
 import libcst as cst
 
-from ddpcheck.model.flow import Made, Pass, Value, argument_expr, call_sites_of, constant_of, every_pass, value_at
+from ddpcheck.model.flow import Made, Pass, Value, argument_expr, call_sites_of, constant_of, every_pass, instance_of, value_at
 from ddpcheck.model.evaluation import pass_without_gradients
 from ddpcheck.model.script import CallSite, Loop, ScriptModel
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerInfo, loaders, looks_like_eval_name
+from ddpcheck.model.values import DISTRIBUTED_SAMPLER_NEED, LoaderInfo, SamplerInfo, loaders, looks_like_eval_name, subclass_loaders
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import set_epoch_edit
 from ddpcheck.model.filekind import NOT_TESTS
@@ -63,7 +63,7 @@ class MissingSetEpoch(Rule):
         for _fn, p in every_pass(model):
             if p.epoch is None or _runs_once(p.epoch_model, p.epoch) or pass_without_gradients(p):
                 continue   # once; or an evaluation over the loader, whose order changes no metric
-            for atom in p.consumed.made_by("DataLoader"):
+            for atom in [a for a in p.consumed.made if instance_of(a, "DataLoader")]:
                 loader = _loader_info(atom)
                 if loader is None:
                     continue
@@ -139,7 +139,9 @@ def _comes_out(model: ScriptModel, p: Pass, atom: Made) -> bool:
 
 
 def _loader_info(atom: Made) -> LoaderInfo | None:
-    return next((l for l in loaders(atom.model) if l.site is atom.site), None)
+    """The loader made at `atom`: a DataLoader, or an object of a class of the tree deriving from it."""
+    made = loaders(atom.model) if atom.is_api("DataLoader") else subclass_loaders(atom.model)
+    return next((l for l in made if l.site is atom.site), None)
 
 
 def _eval_name(model: ScriptModel, p: Pass, atom: Made) -> bool:

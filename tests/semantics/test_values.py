@@ -382,3 +382,38 @@ def test_an_entry_or_element_of_a_library_object_is_an_item_of_that_object():
         (atom,) = value.atoms
         assert type(atom) is Item and atom.receiver.site.func == "torch.load"
         assert not value.known   # what the file held under that key is not known
+
+
+# -- objects of classes deriving from torch's ---------------------------------------
+
+def test_a_dataloader_subclass_carries_the_sampler_its_constructor_hands_to_dataloader():
+    from ddpcheck.model.values import subclass_loaders
+
+    model = build("""
+        import torch.utils.data as data
+        from torch.utils.data import DataLoader
+        class ShardedLoader(data.DataLoader):
+            def __init__(self, dataset, batch_size, train=True):
+                sampler = data.DistributedSampler(dataset, shuffle=train) if train else None
+                super().__init__(dataset, batch_size=batch_size, sampler=sampler)
+        class PlainLoader(DataLoader):
+            def __init__(self, dataset):
+                super(PlainLoader, self).__init__(dataset, batch_size=4, shuffle=True)
+        class Inner(ShardedLoader):
+            def __init__(self, dataset):
+                super().__init__(dataset, 8)
+        class Passed(DataLoader):
+            def __init__(self, dataset, sampler):
+                super().__init__(dataset, sampler=sampler)
+        train = ShardedLoader(ds, 32)
+        plain = PlainLoader(ds)
+        inner = Inner(ds)
+        passed = Passed(ds, data.DistributedSampler(ds))
+        none = Passed(ds, None)
+    """)
+    found = {l.key: [(s.site.func, s.shuffle) for s in l.samplers] for l in subclass_loaders(model)}
+    # `Inner` reaches DataLoader's constructor through another class of the tree: not known here.
+    # The sampler's shuffle flag is the constructor's `train`, whose default the call leaves.
+    assert found == {"train": [("data.DistributedSampler", True)], "plain": [],
+                     "passed": [("data.DistributedSampler", True)], "none": []}
+    assert all(l.batch_size is None for l in subclass_loaders(model))
