@@ -16,6 +16,7 @@ from ddpcheck.model.reads import Division, last_parts, reads, reads_name
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.vocabulary import GLOBAL_BATCH, WORLD_SIZE
+from ddpcheck.model.children import children
 
 _DIVIDE_ASSIGN = ("DivideAssign", "FloorDivideAssign")
 
@@ -64,7 +65,7 @@ def divisions(model: ScriptModel, expr: cst.BaseExpression | None) -> tuple[Divi
         node = stack.pop()
         if isinstance(node, cst.BinaryOperation) and isinstance(node.operator, (cst.Divide, cst.FloorDivide)):
             out.append(Division(node, reads(model, node.left), reads(model, node.right)))
-        stack.extend(node.children)
+        stack.extend(children(node))
     return tuple(out)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpcheck.model.children import IS_NODE
 from ddpcheck.model.dataflow import Dataflow, Entry
 from ddpcheck.model.script import (
     Assign, Binding, Branch, CallSite, ClassInfo, Ctx, Exit, FunctionInfo, Loop, ProjectView, Reference, ScriptModel,
@@ -32,17 +33,18 @@ _EXIT_CALLS = {"sys.exit", "exit", "quit", "os._exit"}
 
 def target_keys(node: cst.BaseExpression) -> list[str]:
     """Keys for an assignment target: `x`, `self.model`, `os.environ['X']`."""
-    if isinstance(node, (cst.Tuple, cst.List)):
+    node_type = type(node)   # libcst's concrete classes have no subclasses: isinstance without the ABC hook
+    if node_type is cst.Tuple or node_type is cst.List:
         keys: list[str] = []
         for el in node.elements:
             keys.extend(target_keys(el.value))
         return keys
-    if isinstance(node, cst.StarredElement):
+    if node_type is cst.StarredElement:
         return target_keys(node.value)
     d = dotted_name(node)
     if d:
         return [d]
-    if isinstance(node, cst.Subscript):
+    if node_type is cst.Subscript:
         base = dotted_name(node.value)
         if base and len(node.slice) == 1:
             idx = node.slice[0].slice
@@ -400,7 +402,7 @@ class ScriptBuilder:
         if key is _UNKNOWN_NAME:
             key = dotted_name(node)
         inner = node.value
-        if key is not None and isinstance(inner, cst.Attribute):
+        if key is not None and type(inner) is cst.Attribute:
             self.dotted[id(inner)] = key.rpartition(".")[0]
         if not self.in_target and key is not None:
             self.flow.read(node, key)
@@ -408,7 +410,7 @@ class ScriptBuilder:
             if key is not None:
                 parts = key.split(".")
                 self.reading[-1].update(".".join(parts[:i]) for i in range(len(parts), 1, -1))
-            while isinstance(inner, cst.Attribute):   # its prefixes are in: skip them below
+            while type(inner) is cst.Attribute:   # its prefixes are in: skip them below
                 self.chained.add(id(inner))
                 inner = inner.value
         name = node.attr.value
@@ -444,30 +446,32 @@ class ScriptBuilder:
             self.visit_Name(node)
             return None
         fields = _child_fields(node_type)
-        name = node_type.__name__
-        visit = getattr(self, "visit_" + name, None)
+        hooks = _HOOKS.get(node_type)
+        if hooks is None:
+            hooks = _HOOKS[node_type] = _hooks_of(node_type)
+        visit, leave = hooks
         if visit is not None:
-            visit(node)
-        leave = getattr(self, "leave_" + name, None)
+            visit(self, node)
         if not fields:
             if leave is not None:
-                leave(node)
+                leave(self, node)
             return None
         if leave is not None:
             return self._generic(node, fields, leave)
         children = []
+        is_node = IS_NODE
         for field in fields:
             value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
+            if is_node[type(value)]:
                 children.append(value)
             elif isinstance(value, (list, tuple)):
-                children.extend(item for item in value if isinstance(item, cst.CSTNode))
+                children.extend(item for item in value if is_node[type(item)])
         return iter(children) if children else None
 
     def _generic(self, node: cst.CSTNode, fields: tuple[str, ...], leave):
         yield from _nodes_in(node, fields)
         if leave is not None:
-            leave(node)
+            leave(self, node)
 
     def _children(self, node: cst.CSTNode):
         return _nodes_in(node, _child_fields(type(node)))
@@ -493,7 +497,7 @@ class ScriptBuilder:
 
     def _exit_statement(self, small: cst.BaseSmallStatement) -> bool:
         """`sys.exit(1)` as a statement: nothing after it runs."""
-        if not (isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)):
+        if not (type(small) is cst.Expr and type(small.value) is cst.Call):
             return False
         func = dotted_name(small.value.func)
         return func is not None and self.m.imports.qualify(func) in _EXIT_CALLS
@@ -872,14 +876,25 @@ _SPECIAL = {
 
 def _nodes_in(node: cst.CSTNode, fields: tuple[str, ...]):
     """The child nodes held in `fields` of `node`, in order."""
+    is_node = IS_NODE
     for field in fields:
         value = getattr(node, field)
-        if isinstance(value, cst.CSTNode):
+        if is_node[type(value)]:
             yield value
         elif isinstance(value, (list, tuple)):
             for item in value:
-                if isinstance(item, cst.CSTNode):
+                if is_node[type(item)]:
                     yield item
+
+
+# node type -> the builder's (visit_<Type>, leave_<Type>) functions, None where
+# it has none: looked up once per type instead of twice per node
+_HOOKS: dict[type, tuple] = {}
+
+
+def _hooks_of(node_type: type) -> tuple:
+    name = node_type.__name__
+    return getattr(ScriptBuilder, "visit_" + name, None), getattr(ScriptBuilder, "leave_" + name, None)
 
 
 def build_model(path: str, module: cst.Module, project: ProjectView, text: str | None = None) -> ScriptModel:

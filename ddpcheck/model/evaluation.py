@@ -22,6 +22,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.library import NOT_ITERATING
 from ddpcheck.model.reads import reads, reads_name
 from ddpcheck.model.memo import query
+from ddpcheck.model.children import children
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, Loop, ScriptModel
 from ddpcheck.model.guards import worlds_from_call
 from ddpcheck.model.values import LoaderInfo, sharded_held_loaders
@@ -83,7 +84,7 @@ def _reads_binding(model: ScriptModel, expr: cst.CSTNode, binding) -> bool:
         if isinstance(node, (cst.Name, cst.Attribute)) and id(node) in model.reach and \
                 any(b is binding for b in bindings_seen(model, node)):
             return True
-        stack.extend(node.children)
+        stack.extend(children(node))
     return False
 
 
@@ -120,7 +121,7 @@ def _names(expr: cst.CSTNode) -> list[cst.Name]:
         elif isinstance(node, cst.Attribute):
             stack.append(node.value)   # `loader.dataset`: the object, not the attribute's name
         else:
-            stack.extend(node.children)
+            stack.extend(children(node))
     return out
 
 

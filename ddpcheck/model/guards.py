@@ -25,6 +25,7 @@ from ddpcheck.model.distributed import init_calls
 from ddpcheck.model.launchers import is_spawn_index
 from ddpcheck.model.names import dotted_name, environ_key, is_environ, string_value
 from ddpcheck.model.memo import query
+from ddpcheck.model.children import children
 from ddpcheck.model.reads import code_nodes, every_node, reads
 from ddpcheck.model.worlds import (
     ALL, D0, DISTRIBUTED, DN, FALSE, MAIN, NONE, S, SINGLE, TRUE, UNKNOWN, Condition,
@@ -1002,7 +1003,7 @@ def _reads_params(model, expr: cst.CSTNode, scope, seen: set[int]) -> bool:
                     seen.add(id(b))
                     todo.append(b.value if b.value is not None else b.node)
         else:
-            todo.extend(node.children)
+            todo.extend(children(node))
     return False
 
 
@@ -1140,7 +1141,7 @@ def _stores_entry(stmt: cst.CSTNode, holder: str) -> bool:
                 return True
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        todo.extend(node.children)
+        todo.extend(children(node))
     return False
 
 
@@ -1150,7 +1151,7 @@ def _contains(stmt: cst.CSTNode, node: cst.CSTNode) -> bool:
         current = todo.pop()
         if current is node:
             return True
-        todo.extend(current.children)
+        todo.extend(children(current))
     return False
 
 

@@ -10,13 +10,25 @@ from __future__ import annotations
 import libcst as cst
 
 
+# libcst's node classes are ABCs, so an isinstance test that fails runs the
+# ABC's __instancecheck__ (a Python call); neither of these two has subclasses,
+# so comparing the type is the same test without it (dotted_name is asked of
+# every name, attribute and call of every module).
+_NAME, _ATTRIBUTE = cst.Name, cst.Attribute   # tests/model/test_children.py checks they have none
+
+
 def dotted_name(node: cst.BaseExpression) -> str | None:
     """`a.b.c` for a Name/Attribute chain, else None."""
+    node_type = type(node)
+    if node_type is _NAME:
+        return node.value
+    if node_type is not _ATTRIBUTE:
+        return None
     parts: list[str] = []
-    while isinstance(node, cst.Attribute):
+    while type(node) is _ATTRIBUTE:
         parts.append(node.attr.value)
         node = node.value
-    if isinstance(node, cst.Name):
+    if type(node) is _NAME:
         parts.append(node.value)
         return ".".join(reversed(parts))
     return None

@@ -19,6 +19,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.reads import STRING_LITERALS, literal_text, reads
 from ddpcheck.model.script import FunctionInfo, ScriptModel
 from ddpcheck.model.vocabulary import WORLD_SIZE
+from ddpcheck.model.children import children
 
 PER_RANK = re.compile(r"rank|process_index|gpu_id|local_gpu")
 
@@ -78,7 +79,7 @@ def path_parts(model: ScriptModel, target: cst.BaseExpression) -> tuple[str, ...
                     start = _strided_start(b.node)
                     if start is not None:
                         stack.append(start)
-        stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
+        stack.extend(children(node))
     return tuple(found)
 
 
@@ -249,7 +250,7 @@ def _names_in(expr: cst.CSTNode) -> list[cst.CSTNode]:
             found.append(node)
             if isinstance(node, cst.Attribute):
                 continue
-        stack.extend(node.children)
+        stack.extend(children(node))
     return found
 
 

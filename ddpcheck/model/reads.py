@@ -24,6 +24,7 @@ from typing import Iterable
 
 import libcst as cst
 
+from ddpcheck.model.children import IS_NODE, children
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 
 EMPTY: frozenset[str] = frozenset()
@@ -101,10 +102,10 @@ def _walk(root: cst.CSTNode, fields_of, descend):
             continue
         for field in fields_of(type(node)):
             value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
+            if IS_NODE[type(value)]:
                 stack.append(value)
             elif isinstance(value, (list, tuple)):
-                stack.extend(v for v in value if isinstance(v, cst.CSTNode))
+                stack.extend(v for v in value if IS_NODE[type(v)])
 
 
 def env_name(var: str) -> str:
@@ -172,10 +173,10 @@ def _compute(model, expr: cst.CSTNode) -> frozenset[str]:
             continue
         for field in _child_fields(type(node)):   # the fields the builder walks
             value = getattr(node, field)
-            if isinstance(value, cst.CSTNode):
+            if IS_NODE[type(value)]:
                 stack.append(value)
             elif isinstance(value, (list, tuple)):
-                stack.extend(v for v in value if isinstance(v, cst.CSTNode))
+                stack.extend(v for v in value if IS_NODE[type(v)])
     return frozenset(names)
 
 
@@ -205,7 +206,7 @@ def strings_in(expr: cst.CSTNode | None) -> tuple[str, ...]:
             continue
         if isinstance(node, (cst.FunctionDef, cst.ClassDef, cst.Lambda)):
             continue
-        stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
+        stack.extend(children(node))
     return tuple(found)
 
 

@@ -16,6 +16,7 @@ from ddpcheck.model.names import dotted_name
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.flow import resolve_call
+from ddpcheck.model.children import children
 
 TORCH_SAVE = ("torch.save", "torch.serialization.save")
 # Save helpers we cannot see (`utils.save_on_master`, `save_checkpoint`): they write what they are given.
@@ -100,7 +101,7 @@ class _Collector:
                 self.name(key, scope)
                 if isinstance(node, cst.Name):
                     return
-        for child in node.children:
+        for child in children(node):
             if isinstance(child, cst.BaseExpression) or isinstance(child, (cst.Arg, cst.DictElement, cst.Element,
                                                                           cst.StarredDictElement, cst.StarredElement)):
                 self.expr(child, scope)

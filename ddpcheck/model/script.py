@@ -17,6 +17,7 @@ import libcst as cst
 from ddpcheck.model.names import ImportTable, dotted_name
 from ddpcheck.model.memo import Memo, query
 from ddpcheck.model.scan import ModuleScan, Need, names_match, scan_text
+from ddpcheck.model.children import children
 from ddpcheck.settings import LintSettings
 
 
@@ -419,7 +420,7 @@ class ScriptModel:
                 found.update(id(base.value) for base in node.bases)
             elif isinstance(node, (cst.If, cst.Try, cst.With, cst.Else, cst.ExceptHandler, cst.Finally,
                                    cst.IndentedBlock)):
-                stack.extend(c for c in node.children if isinstance(c, cst.CSTNode))
+                stack.extend(children(node))
         return found
 
     def _module_attribute(self, node: cst.CSTNode) -> bool:

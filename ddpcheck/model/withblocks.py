@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpcheck.model.children import children
 from ddpcheck.model.memo import query
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 
@@ -25,7 +26,7 @@ def with_items_by_statement(model: ScriptModel, fn: FunctionInfo | None) -> dict
     found: dict[int, tuple[cst.WithItem, ...]] = {}
     body = fn.node.body if fn is not None else model.module
     stack: list[tuple[cst.CSTNode, tuple[cst.WithItem, ...]]] = [
-        (c, ()) for c in body.children if isinstance(c, cst.CSTNode)]
+        (c, ()) for c in children(body)]
     while stack:
         node, items = stack.pop()
         if isinstance(node, (cst.FunctionDef, cst.ClassDef)):
@@ -36,7 +37,7 @@ def with_items_by_statement(model: ScriptModel, fn: FunctionInfo | None) -> dict
             stack.append((node.body, items + tuple(node.items)))
             continue
         if isinstance(node, _BLOCKS):
-            stack.extend((c, items) for c in node.children if isinstance(c, cst.CSTNode))
+            stack.extend((c, items) for c in children(node))
     return found
 
 

@@ -21,6 +21,7 @@ from ddpcheck.model.flow import (
 from ddpcheck.model.launch import launch_commands
 from ddpcheck.model.names import dotted_name, wrapper_classes_named
 from ddpcheck.model.memo import query
+from ddpcheck.model.children import children
 from ddpcheck.model.paths import path_spelling
 from ddpcheck.model.reads import literal_text, reads
 from ddpcheck.model.saves import TORCH_SAVE, saved_state_dicts
@@ -94,33 +95,34 @@ def _unwrapped_fallbacks(model: ScriptModel) -> dict[int, frozenset[str]]:
     if "except" not in model.text:
         return found
 
-    class Collect(cst.CSTVisitor):
-        def __init__(self) -> None:
-            self.nodes: list[cst.CSTNode] = []
-
-        def on_visit(self, node: cst.CSTNode) -> bool:
-            self.nodes.append(node)
-            return True
-
-    class Tries(cst.CSTVisitor):
-        def visit_Try(self, node: cst.Try) -> None:
-            tried = frozenset(n.rpartition(".")[0] for n in reads(model, node.body)
-                              if n.endswith(".module") and n.rpartition(".")[0])
-            if not tried:
-                return
-            for handler in node.handlers:
-                caught = handler.type
-                names = ([dotted_name(e.value) for e in caught.elements] if isinstance(caught, cst.Tuple)
-                         else [dotted_name(caught)] if caught is not None else ["BaseException"])
-                if not any((n or "").rpartition(".")[2] in _FALLBACK_ERRORS for n in names):
-                    continue
-                inner = Collect()
-                handler.body.visit(inner)
-                for n in inner.nodes:
-                    found[id(n)] = found.get(id(n), frozenset()) | tried
-
-    model.module.visit(Tries())
+    # every `try` of the module (the nodes libcst's visitor reaches, walked
+    # without it: it rebuilds each node it passes); the answer is a union per
+    # node, so the order of the walk does not matter
+    for node in _nodes_under(model.module):
+        if type(node) is not cst.Try:
+            continue
+        tried = frozenset(n.rpartition(".")[0] for n in reads(model, node.body)
+                          if n.endswith(".module") and n.rpartition(".")[0])
+        if not tried:
+            continue
+        for handler in node.handlers:
+            caught = handler.type
+            names = ([dotted_name(e.value) for e in caught.elements] if isinstance(caught, cst.Tuple)
+                     else [dotted_name(caught)] if caught is not None else ["BaseException"])
+            if not any((n or "").rpartition(".")[2] in _FALLBACK_ERRORS for n in names):
+                continue
+            for n in _nodes_under(handler.body):
+                found[id(n)] = found.get(id(n), frozenset()) | tried
     return found
+
+
+def _nodes_under(root: cst.CSTNode):
+    """`root` and every node below it: what libcst's visitor passes, in no particular order."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        yield node
+        stack.extend(children(node))
 
 
 def unwrapped_fallback(model: ScriptModel, node: cst.CSTNode, key: str) -> bool:
@@ -511,11 +513,12 @@ def _dict_comps(model: ScriptModel) -> tuple:
     stack: list = [(model.module, None)]
     while stack:
         node, fn = stack.pop()
-        if isinstance(node, cst.FunctionDef):
+        node_type = type(node)   # neither class has subclasses: the isinstance test without the ABC's hook
+        if node_type is cst.FunctionDef:
             fn = by_node.get(id(node), fn)
-        elif isinstance(node, cst.DictComp):
+        elif node_type is cst.DictComp:
             found.append((node, fn))
-        stack.extend((c, fn) for c in reversed(node.children) if isinstance(c, cst.CSTNode))
+        stack.extend((c, fn) for c in reversed(children(node)))
     return tuple(found)
 
 
