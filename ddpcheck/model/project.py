@@ -88,6 +88,19 @@ class Project:
         self.launch_docs: dict[str, object] = {}
         # abs path -> the modules beside it that import it (importers_beside)
         self._importers: dict[str, tuple[str, ...]] = {}
+        self._absolutes: dict[Path | str, str] = {}   # _absolute
+
+    def _absolute(self, path: Path | str) -> str:
+        """`os.path.abspath(path)`, kept for a path that is already absolute
+        (its answer does not depend on the working folder): the import and
+        reach lookups ask it of the same few hundred paths tens of thousands
+        of times a file."""
+        found = self._absolutes.get(path)
+        if found is None:
+            found = os.path.abspath(path)
+            if os.path.isabs(path):
+                self._absolutes[path] = found
+        return found
 
     # -- models -------------------------------------------------------------------
     def build(self, path: str, module: cst.Module, text: str | None = None) -> ScriptModel:
@@ -124,7 +137,7 @@ class Project:
             except SourceError:
                 return False
 
-        key = os.path.abspath(path)
+        key = self._absolute(path)
         return bool(self._stamped(self._verdicts, key, compute, (key, question)))
 
     def model_for(self, path: Path | str) -> ScriptModel | None:
@@ -159,7 +172,7 @@ class Project:
         return found
 
     def _bases(self, from_path: str, level: int) -> list[Path]:
-        key = (os.path.dirname(os.path.abspath(from_path)), level)
+        key = (os.path.dirname(self._absolute(from_path)), level)
         found = self._bases_of.get(key)
         if found is None:
             found = self._bases_of[key] = self._find_bases(from_path, level)
@@ -194,12 +207,12 @@ class Project:
         return [b for b in bases if b.name not in _INSTALL_DIRS]
 
     def find_module(self, from_path: str, module: str, level: int) -> Path | None:
-        key = (os.path.dirname(os.path.abspath(from_path)), module, level)
+        key = (os.path.dirname(self._absolute(from_path)), module, level)
         if key not in self._found:
             self._found[key] = self._find_module(from_path, module, level)
         found = self._found[key]
         if found is not None:
-            self._edges.setdefault(os.path.abspath(from_path), set()).add(os.path.abspath(found))
+            self._edges.setdefault(self._absolute(from_path), set()).add(self._absolute(found))
         return found
 
     def _find_module(self, from_path: str, module: str, level: int) -> Path | None:
@@ -207,7 +220,7 @@ class Project:
         if level == 0 and parts and parts[0] in _LIBRARY_ROOTS:
             return None
         bases = list(self._bases(from_path, level))
-        here = os.path.dirname(os.path.abspath(from_path))
+        here = os.path.dirname(self._absolute(from_path))
         if level == 0 and parts and parts[0] == os.path.basename(here) and not os.path.isfile(
                 os.path.join(here, "__init__.py")):
             # `from data.loader import X` inside data/ (a folder without
@@ -224,7 +237,7 @@ class Project:
     # -- what a module can reach ------------------------------------------------
     def scan_of(self, path: Path | str) -> ModuleScan | None:
         """The scan of the module at `path` (model/scan.py); None for one too large to be a helper."""
-        return self._stamped(self._scans, os.path.abspath(path), _scan_file)
+        return self._stamped(self._scans, self._absolute(path), _scan_file)
 
     def _target_paths(self, from_path: str, sources) -> list[Path]:
         """The local modules `sources` can land in, as the call graph (model/flow.py) looks
@@ -241,7 +254,7 @@ class Project:
     def reaches(self, path: str, scan: ModuleScan, need: Need) -> bool:
         """The module at `path` (scanned as `scan`), or a local module
         reachable from it through imports however deep, matches `need`."""
-        start = os.path.abspath(path)
+        start = self._absolute(path)
         key = (start, need)
         found = self._reaches.get(key)
         if found is None:
@@ -283,14 +296,14 @@ class Project:
         found = self._targets.get(key)
         if found is None:
             found = self._targets[key] = tuple(dict.fromkeys(
-                os.path.abspath(p) for p in self._target_paths(path, scan.sources)))
+                self._absolute(p) for p in self._target_paths(path, scan.sources)))
         return found
 
     def imported_modules(self, path: str, scan: ModuleScan) -> tuple[str, ...]:
         """The local modules the module at `path` (scanned as `scan`) imports,
         however deep (absolute paths); past MAX_REACH_MODULES, only the ones
         it imports directly."""
-        start = os.path.abspath(path)
+        start = self._absolute(path)
         closure = self._closure(start, scan)
         return closure if closure is not None else self._targets_of(start, scan)
 
@@ -299,7 +312,7 @@ class Project:
         import it (a training script importing the evaluation module beside
         it: `from test import validation`), absolute paths, sorted; at most
         MAX_REACH_MODULES files of the folder are read."""
-        key = os.path.abspath(path)
+        key = self._absolute(path)
         found = self._importers.get(key)
         if found is None:
             folder = os.path.dirname(key)
@@ -319,18 +332,18 @@ class Project:
 
     def local_imports(self, path: str, scan: ModuleScan) -> tuple[str, ...]:
         """The local modules the module at `path` imports directly (absolute paths)."""
-        return self._targets_of(os.path.abspath(path), scan)
+        return self._targets_of(self._absolute(path), scan)
 
     # -- what an analysis read ---------------------------------------------------
     def depends_on(self, path: str, other: str) -> None:
         """The analysis of `path` read `other` (a launch script, a document):
         its findings are stale when `other` changes."""
-        self._edges.setdefault(os.path.abspath(path), set()).add(os.path.abspath(other))
+        self._edges.setdefault(self._absolute(path), set()).add(self._absolute(other))
 
     def helpers_read(self, path: str) -> tuple[str, ...]:
         """The local modules the analysis of `path` found through its imports,
         directly or through other helpers (absolute paths, sorted)."""
-        start = os.path.abspath(path)
+        start = self._absolute(path)
         seen: set[str] = set()
         todo = [start]
         while todo:
