@@ -62,7 +62,9 @@ def _steps(model: ScriptModel, fn: FunctionInfo | None) -> list[_Step]:
             if inner is not None and not inits and not initialized_guarded(model, c):
                 # a query helper (`get_rank()` without an is_initialized check); a helper that
                 # queries and then inits is reported inside itself
-                loc = "" if tmodel is model else f" ({where(tmodel, tfn.node, model).split(':')[0]})"
+                # the helper's file only (its line is not said, so not computed: a code
+                # generation of the whole helper module)
+                loc = "" if tmodel is model else f" ({tmodel.file_name.split(':')[0]})"
                 steps.append(_Step("query", c, f"`{c.func}(...)`, which calls {inner} in `{tfn.qualname}`{loc},"))
             elif inits:
                 steps.append(_Step("init" if starts_group(tmodel, tfn) else "maybe-init", c, ""))
