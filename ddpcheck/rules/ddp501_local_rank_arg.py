@@ -7,12 +7,11 @@ from typing import Iterator
 from ddpcheck.model.arguments import options
 from ddpcheck.model.distributed import starts_own_workers
 from ddpcheck.model.env import env_reads
-from ddpcheck.model.filekind import has_main_guard
+from ddpcheck.model.filekind import NOT_TESTS, has_main_guard, library_module
 from ddpcheck.model.launch import LaunchCommand, launch_commands, option_module_users, through_launchers
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.findings import Severity
 from ddpcheck.rules.autofix import local_rank_edit
-from ddpcheck.model.filekind import SCRIPTS_ONLY
 from ddpcheck.triggers import USES_DISTRIBUTED
 from ddpcheck.model.names import string_value
 from ddpcheck.rules.base import Hit, Rule, register
@@ -65,7 +64,7 @@ class LocalRankArg(Rule):
     name = "local-rank-arg"
     short = "only `--local_rank` accepted: torch>=2.0 passes `--local-rank`"
     severity = Severity.ERROR
-    kinds = SCRIPTS_ONLY
+    kinds = NOT_TESTS
     fixable = True
     message = (
         "the script only accepts `--local_rank`: torch>=2.0's `torch.distributed.launch` passes "
@@ -83,6 +82,12 @@ class LocalRankArg(Rule):
             return
         if starts_own_workers(model):
             return   # no launcher: the script spawns its workers
+        if library_module(model):
+            # a module of an installed package: judged only as the options of a script of the
+            # project whose documented launch passes the spelling argparse refuses
+            if _options_module(model):
+                yield from self._options_module(model, underscore, documented_break_only=True)
+            return
         if _options_module(model):
             yield from self._options_module(model, underscore)
             return
@@ -141,10 +146,11 @@ class LocalRankArg(Rule):
                 f"go distributed); {LAUNCHERS}"
             ), edit=local_rank_edit(o.site))
 
-    def _options_module(self, model: ScriptModel, underscore) -> Iterator[Hit]:
+    def _options_module(self, model: ScriptModel, underscore, documented_break_only: bool = False) -> Iterator[Hit]:
         """`--local_rank` declared in a module of options that scripts import
         (`from options import get_args`): judged by those scripts, as the
-        option would be in each of them."""
+        option would be in each of them (`documented_break_only`: only by a
+        documented launch that passes `--local-rank=N`)."""
         users = option_module_users(model)
         if not users:
             return   # nobody in the project imports it: who parses it is unknown
@@ -156,6 +162,8 @@ class LocalRankArg(Rule):
                 continue   # unknown options set aside; no launcher
             commands = through_launchers(user.commands)
             breaking = [c for c in commands if c.rank_argument == "--local-rank"]
+            if documented_break_only and not breaking:
+                continue
             if not breaking and (user.reads_env or (user_model is not None and reads_local_rank_env(user_model))):
                 continue   # LOCAL_RANK read (in the script or a helper it calls), and no documented
                 # launcher passes the spelling argparse refuses (that one stops the script before)
