@@ -105,6 +105,22 @@ def path_spelling(model: ScriptModel, expr: cst.BaseExpression) -> str | None:
     return text[2:] if text.startswith("./") else text
 
 
+def constant_path(model: ScriptModel, expr: cst.BaseExpression) -> str | None:
+    """The one literal path `expr` holds once the parameters it reads are
+    bound by the calls of this file (`self.args.ckpt_path` in a method of a
+    class built with `Trainer(args)`, where `args = Args()` and the class
+    attribute `Args.ckpt_path` is a literal), written as path_spelling
+    writes a literal; None when it may hold anything else."""
+    value = value_at(model, expr)
+    if len(value.atoms) != 1:
+        return None
+    (atom,) = value.atoms
+    if type(atom) is not Const or not isinstance(atom.value, str):
+        return None
+    text = re.sub(r"/+", "/", atom.value)
+    return text[2:] if text.startswith("./") else text
+
+
 def _spell(model: ScriptModel, expr: cst.BaseExpression) -> str | None:
     if isinstance(expr, (cst.SimpleString, cst.ConcatenatedString)):
         return literal_text(expr) if isinstance(expr, cst.SimpleString) else (
@@ -288,4 +304,4 @@ def in_memory(model: ScriptModel, target: cst.BaseExpression | None) -> bool:
                                for a in value.atoms)
 
 
-__all__ = ["per_rank_path", "path_parts", "path_spelling", "in_memory", "PER_RANK", "PATH_BUILDERS", "IN_MEMORY"]
+__all__ = ["per_rank_path", "path_parts", "path_spelling", "constant_path", "in_memory", "PER_RANK", "PATH_BUILDERS", "IN_MEMORY"]

@@ -22,7 +22,7 @@ from ddpcheck.model.launch import launch_commands
 from ddpcheck.model.names import dotted_name, wrapper_classes_named
 from ddpcheck.model.memo import query
 from ddpcheck.model.children import children
-from ddpcheck.model.paths import path_spelling
+from ddpcheck.model.paths import constant_path, path_spelling
 from ddpcheck.model.reads import literal_text, reads
 from ddpcheck.model.saves import TORCH_SAVE, saved_state_dicts
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel
@@ -800,10 +800,13 @@ def _spelled_with_arguments(model: ScriptModel, call: CallSite, fn: FunctionInfo
 @query(on_cycle=False)
 def _writes_wrapped(model: ScriptModel, spelling: str) -> bool:
     """A `torch.save` of this module writes, to the path spelled `spelling`,
-    the `state_dict()` of a DDP / DataParallel wrapper."""
+    the `state_dict()` of a DDP / DataParallel wrapper. The save's path is
+    spelled as written, or as the one literal it holds once the calls of this
+    module are followed (`self.args.ckpt_path` in a trainer method, the
+    trainer built with an options object whose `ckpt_path` is a literal)."""
     for sink in model.calls:
         path = sink.arg("f", 1) if sink.qual in TORCH_SAVE else None
-        if path is None or path_spelling(model, path) != spelling:
+        if path is None or spelling not in (path_spelling(model, path), constant_path(model, path)):
             continue
         if _saves_prefixed_keys(model, sink):
             return True

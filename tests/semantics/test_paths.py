@@ -102,3 +102,28 @@ def test_a_name_a_config_module_never_binds_is_not_spelled(tmp_path):
                                          "    use(os.path.join(out, CKPT))\n")
     model = build_file(train)
     assert path_spelling(model, marked(model)[0]) is None
+
+
+def test_a_path_kept_on_an_object_is_the_literal_its_callers_give_it():
+    from ddpcheck.model.paths import constant_path
+
+    model = build("""
+        class Options:
+            ckpt_path = "./out//best.pt"
+        class Trainer:
+            def __init__(self, opts, other):
+                self.opts = opts
+                self.other = other
+            def save(self):
+                use(self.opts.ckpt_path)
+                use(self.other)
+        def run(where):
+            opts = Options()
+            Trainer(opts, where).save()
+        run("a.pt")
+        run("b.pt")
+    """)
+    # the path the method reads is a parameter until the calls are followed: one literal then
+    assert constant_path(model, marked(model, nth=0)[0]) == "out/best.pt"
+    # two calls give two paths: no one literal
+    assert constant_path(model, marked(model, nth=1)[0]) is None
