@@ -528,8 +528,7 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope) -> bool:
                 all(b.kind == "param" for b in seen):
             return True   # `def main_worker(gpu, args)` handed to mp.spawn: `if gpu == 0:`
         if key:
-            return bool(seen) and all(b.kind == "assign" and b.value is not None and _rank_valued(model, b)
-                                      for b in seen)
+            return bool(seen) and all(b.kind == "assign" and _rank_valued(model, b, expr) for b in seen)
     return False
 
 
@@ -542,6 +541,7 @@ _PREDICATE_HEADS = {"is", "has", "should", "use", "can", "do", "on", "enable", "
 
 def _rank_name(name: str | None) -> bool:
     """A variable, attribute or config key named for a rank (`rank`, `args.local_rank`, `cfg["ddp_rank"]`)."""
+    name = name.lower() if name else name   # `cfg.LOCAL_RANK`, a config object's attribute in capitals
     return bool(name) and (name in RANK_NAMES or (name.endswith("_rank") and name != "node_rank"
                                                   and not _per_rank_quantity(name)
                                                   and name.lower().split("_")[0] not in _PREDICATE_HEADS))
@@ -561,9 +561,22 @@ def _per_rank_quantity(name: str) -> bool:
 
 
 @query(on_cycle=False)
-def _rank_valued(model, binding) -> bool:
-    """An assignment whose value is a rank (`rank = dist.get_rank()`)."""
-    return is_rank_expr(model, binding.value, binding.ctx.function)
+def _rank_valued(model, binding, read: cst.BaseExpression) -> bool:
+    """An assignment whose value is a rank (`rank = dist.get_rank()`), also
+    unpacked: from a tuple written out (`save_dir, rank = d, opt.global_rank`),
+    or from what a call returns, `read` (the name or attribute the binding
+    reaches) then holding only what a rank function made (`world,
+    cfg.LOCAL_RANK = init_dist()`, whose `return ws, dist.get_rank()`)."""
+    if binding.value is not None:
+        return is_rank_expr(model, binding.value, binding.ctx.function)
+    written = binding.written
+    if written is not None:
+        return is_rank_expr(model, written, binding.ctx.function)
+    if binding.unpacked is None:
+        return False
+    value = value_of(model, read)
+    return bool(value.atoms) and all(isinstance(a, Made) and (a.site.qual or "").rpartition(".")[2] in RANK_FUNCTIONS
+                                     for a in value.atoms)
 
 
 def _is_none(expr: cst.BaseExpression) -> bool:

@@ -72,7 +72,10 @@ def path_parts(model: ScriptModel, target: cst.BaseExpression) -> tuple[str, ...
         if isinstance(node, (cst.Name, cst.Attribute, cst.Subscript)):
             # what the name was bound to, here or where it lives (a module-level root)
             for b in bindings_seen(model, node):
-                source = getattr(b, "source", None)
+                # unpacked from a tuple written out (`save_dir, rank = Path(d), opt.rank`): its own element only
+                source = getattr(b, "written", None)
+                if source is None:
+                    source = getattr(b, "source", None)
                 if source is not None and b.augmented is None:
                     stack.append(source)
                 elif getattr(b, "kind", None) == "for":

@@ -244,3 +244,41 @@ def test_indices_from_the_rank_without_the_stride_overlap():
                                  "def f(out, n):\n"
                                  "    for i in range(dist.get_rank(), n):\n"
                                  "        torch.save(i, f'{out}/{i}.pt')\n")
+
+
+def test_a_path_unpacked_beside_the_rank_is_not_built_from_it():
+    # `save_dir, rank = Path(d), opt.rank` pairs element by element: the path is the first one only
+    code = ("import torch\nfrom pathlib import Path\n"
+            "def f(opt, net):\n"
+            "    save_dir, epochs, rank = Path(opt.save_dir), opt.epochs, opt.global_rank\n"
+            "    torch.save(net, save_dir / 'last.pt')\n")
+    assert not _path_is_per_rank(code)
+    assert _path_is_per_rank(code.replace("save_dir / 'last.pt'", "save_dir / f'last{rank}.pt'"))
+
+
+# -- what a rank test reads ------------------------------------------------------------
+
+def _zero_test_is_rank_zero(code: str) -> bool:
+    from ddpcheck.model.guards import is_rank_expr
+
+    model = build(code)
+    expr, site = marked(model)
+    return is_rank_expr(model, expr, site.ctx.function)
+
+
+_INIT = ("import torch.distributed as dist\n"
+         "from pkg.config import cfg\n"
+         "def init_dist():\n"
+         "    dist.init_process_group('nccl')\n"
+         "    return dist.get_world_size(), dist.get_rank()\n")
+
+
+def test_an_attribute_unpacked_from_what_a_helper_returns_is_a_rank():
+    assert _zero_test_is_rank_zero(_INIT + "def main():\n    total, cfg.leader = init_dist()\n    use(cfg.leader)\n")
+    # the other element is the world size: no rank
+    assert not _zero_test_is_rank_zero(_INIT + "def main():\n    cfg.total, leader = init_dist()\n    use(cfg.total)\n")
+
+
+def test_a_config_attribute_in_capitals_is_named_like_a_rank():
+    assert _zero_test_is_rank_zero("def main(cfg):\n    use(cfg.LOCAL_RANK)\n")
+    assert not _zero_test_is_rank_zero("def main(cfg):\n    use(cfg.NUM_GPUS)\n")
