@@ -522,6 +522,8 @@ def is_rank_expr(model, expr: cst.BaseExpression, scope) -> bool:
         last = _last(model, expr)
         if _rank_name(last):
             return True
+        if isinstance(expr, cst.Attribute) and last and last.isupper() and _rank_name(last.lower()):
+            return True   # `cfg.LOCAL_RANK`: a config object's field in capitals (yacs, easydict)
         key = dotted_name(expr)
         seen = bindings_seen(model, expr)
         if isinstance(expr, cst.Name) and is_spawn_index(model, expr.value, scope) and \
@@ -541,7 +543,6 @@ _PREDICATE_HEADS = {"is", "has", "should", "use", "can", "do", "on", "enable", "
 
 def _rank_name(name: str | None) -> bool:
     """A variable, attribute or config key named for a rank (`rank`, `args.local_rank`, `cfg["ddp_rank"]`)."""
-    name = name.lower() if name else name   # `cfg.LOCAL_RANK`, a config object's attribute in capitals
     return bool(name) and (name in RANK_NAMES or (name.endswith("_rank") and name != "node_rank"
                                                   and not _per_rank_quantity(name)
                                                   and name.lower().split("_")[0] not in _PREDICATE_HEADS))
