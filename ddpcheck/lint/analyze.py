@@ -76,7 +76,9 @@ def rule_hits(text: str, path: str, settings: LintSettings, project: Project | N
     model = project.build(path, module, text)
     hits = []
     crashed = []
+    memo = project.memo
     try:
+        memo.new_slice()   # each step below gets a slice of the file's budget (model/memo.py)
         kind = file_kind(model, settings)
     except TooComplex:
         # what the file is is unknown within the file's budget: no rule can judge it
@@ -89,12 +91,14 @@ def rule_hits(text: str, path: str, settings: LintSettings, project: Project | N
         if rule_cls.needs_ranks:
             if single is None:
                 try:
+                    memo.new_slice()
                     single = one_process(model) is not None
                 except TooComplex:
                     single = True   # unknown whether it runs on several ranks: such rules say nothing
             if single:
                 continue
         rule = rule_cls()
+        memo.new_slice()
         try:
             hits.extend((rule, hit) for hit in rule.check(model))
         except TooComplex:

@@ -35,7 +35,7 @@ from ddpcheck.model.values import DDP_NAMES, DDP_NEED, call_site, exclusive, is_
 from ddpcheck.model.buffers import holds_buffers
 from ddpcheck.model.flow import Made, binds_receiver, bindings_seen, called_qual, instance_of, value_of
 from ddpcheck.model.worlds import DISTRIBUTED, only_some_ranks
-from ddpcheck.model.flow import resolve_call
+from ddpcheck.model.flow import functions_reached, resolve_call
 
 # torch.distributed collectives -> their kind (barrier and monitored_barrier are one kind)
 COLLECTIVES = {
@@ -426,22 +426,24 @@ def runs_only_uninitialized(model: ScriptModel, site: CallSite) -> bool:
 
 
 @query(on_cycle=False)
-def starts_group(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> bool:
-    """`fn` (or one it calls, 3 deep: a bound for cost, as function_inits')
-    starts the default group on every call: an init that runs only when none
-    exists (`DeviceMesh(...)`, an `ensure_initialized()` helper) says nothing
-    about the code before it."""
-    for c in model.calls_in(fn):
-        if is_init_call(model, c) and not runs_only_uninitialized(model, c):
+def starts_group(model: ScriptModel, fn: FunctionInfo) -> bool:
+    """`fn` (or a function it calls, any number of calls down) starts the
+    default group on every call: an init that runs only when none exists
+    (`DeviceMesh(...)`, an `ensure_initialized()` helper) says nothing about
+    the code before it, and neither does what a call made only then runs."""
+    for m, reached in functions_reached(model, fn, _runs_unless_initialized):
+        if any(is_init_call(m, c) and not runs_only_uninitialized(m, c) for c in m.calls_in(reached)):
             return True
-    if depth < 3:
-        for c in model.calls_in(fn):
-            if runs_only_uninitialized(model, c):
-                continue
-            target = resolve_call(model, c, INIT_NEED)
-            if target is not None and target[1] is not fn and starts_group(target[0], target[1], depth + 1):
-                return True
     return False
+
+
+def _runs_unless_initialized(model: ScriptModel, site: CallSite) -> list[tuple[ScriptModel, FunctionInfo]]:
+    """What a call that runs whether or not a group exists leads to, in a
+    module that can reach init_process_group."""
+    if runs_only_uninitialized(model, site):
+        return []
+    target = resolve_call(model, site, INIT_NEED)
+    return [target] if target is not None and target[0].may_reach(INIT_NEED) else []
 
 
 def initialized_guarded(model: ScriptModel, site: CallSite) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from ddpcheck.model.arguments import options
-from ddpcheck.model.distributed import init_calls, is_init_call
+from ddpcheck.model.distributed import init_calls, is_init_call, runs_reaching_init
 from ddpcheck.model.guards import is_rank_expr, worlds
 from ddpcheck.model.flow import Const, bindings_seen, value_at
 from ddpcheck.model.env import env_writes
@@ -27,7 +27,7 @@ from ddpcheck.model.worlds import DISTRIBUTED
 from ddpcheck.model.values import exclusive, is_ddp_wrap, is_dp_wrap
 from ddpcheck.model.script import CallSite, Ctx, FunctionInfo, ScriptModel, owner_class
 from ddpcheck.model.names import dotted_name, string_value
-from ddpcheck.model.flow import callees, first_call_reaching, resolve_call
+from ddpcheck.model.flow import callees, first_call_reaching, functions_reached, resolve_call
 
 PER_RANK = "per_rank"
 FIXED = "fixed"
@@ -302,21 +302,17 @@ def backends(model: ScriptModel, site: CallSite) -> frozenset[str] | None:
     return _strings(model, arg, site.ctx.function)
 
 
-def init_sites(model: ScriptModel, call: CallSite, depth: int = 0) -> list[tuple[ScriptModel, CallSite]]:
-    """The init_process_group calls a call in this file leads to (itself, or
-    inside the helper it calls, 4 deep: a bound for cost, as function_inits')."""
+def init_sites(model: ScriptModel, call: CallSite) -> list[tuple[ScriptModel, CallSite]]:
+    """The init_process_group calls a call in this file leads to: itself, or
+    those in the helper it calls and in every function of the tree that
+    helper leads to in modules that can reach init_process_group, any
+    number of calls down (nearest first)."""
     if is_init_call(model, call):
         return [(model, call)]
-    if depth > 3:
-        return []
     target = resolve_call(model, call)
     if target is None:
         return []
-    tmodel, fn = target
-    out = []
-    for c in tmodel.calls_in(fn):
-        out.extend(init_sites(tmodel, c, depth + 1))
-    return out
+    return [(m, c) for m, fn in functions_reached(*target, runs_reaching_init) for c in m.calls_in(fn) if is_init_call(m, c)]
 
 
 def uses_nccl(bk: frozenset[str] | None) -> bool:

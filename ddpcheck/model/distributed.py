@@ -14,7 +14,7 @@ from ddpcheck.model.script import FunctionInfo, ScriptModel
 from ddpcheck.model.flow import Class, Func, callee_value, called_qual, library_bases, value_of
 from ddpcheck.model.launchers import spawned_function
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
-from ddpcheck.model.flow import callees, resolve_call
+from ddpcheck.model.flow import callees, functions_reached, resolve_call
 
 # A helper we cannot see whose name says it starts the process group.
 INIT_HELPER_NAME = re.compile(r"(init|setup|set_up|start).*(dist|ddp|process_group)|(dist|ddp).*(init|setup)", re.I)
@@ -55,28 +55,29 @@ def _once_a_group_exists(model: ScriptModel, test) -> bool | None:
 
 
 @query(on_cycle=None)
-def group_start_in(model: ScriptModel, fn: FunctionInfo, depth: int = 0) -> tuple[ScriptModel, object] | None:
+def group_start_in(model: ScriptModel, fn: FunctionInfo) -> tuple[ScriptModel, object] | None:
     """The init_process_group call that running `fn` makes: in its own body,
     or in a function of the tree it calls, any number of calls down and
     across modules (a trainer's base-class `__init__` -> `setup()` -> a
-    helper module's `init_dist()`): (the model it is in, the call). A chain
-    that comes back to a function already on it adds nothing. Three calls
-    down at most, for cost: "none" needs every function reachable from `fn`,
-    and where every module can reach a group start (Megatron-LM: the import
-    prefilter prunes nothing) that walk spent the budget of 27 more files,
-    which then said nothing at all (a DDP404 error there was lost)."""
+    helper module's `init_dist()`), the nearest first: (the model it is in,
+    the call). Calls are followed only into modules that can reach
+    init_process_group (themselves or through their imports), and the walk
+    is iterative (`flow.functions_reached`): a framework whose call chains
+    run hundreds of calls deep is walked to its end without growing Python's
+    stack, each function once."""
     if not model.may_reach(INIT_NEED):
         return None
-    calls = model.calls_in(fn)
-    found = next(((model, c) for c in calls if is_init_call(model, c)), None)
-    if found is None and depth < 3:
-        for c in calls:
-            for target in _runs(model, c, INIT_NEED):
-                if target[1] is not fn:
-                    found = group_start_in(target[0], target[1], depth + 1)
-                    if found is not None:
-                        return found
-    return found
+    for m, reached in functions_reached(model, fn, runs_reaching_init):
+        found = next((c for c in m.calls_in(reached) if is_init_call(m, c)), None)
+        if found is not None:
+            return m, found
+    return None
+
+
+def runs_reaching_init(model: ScriptModel, site) -> list[tuple[ScriptModel, FunctionInfo]]:
+    """The functions a call runs that can lead to init_process_group: in a
+    module that can reach it (a worker spawn's target included)."""
+    return [t for t in _runs(model, site, INIT_NEED) if t[0].may_reach(INIT_NEED)]
 
 
 def _runs(model: ScriptModel, site, needs=()) -> list[tuple[ScriptModel, FunctionInfo]]:
@@ -91,7 +92,7 @@ def _runs(model: ScriptModel, site, needs=()) -> list[tuple[ScriptModel, Functio
 
 
 def function_inits(model: ScriptModel, fn: FunctionInfo) -> bool:
-    """The function (or one it calls, three calls down: group_start_in) calls init_process_group."""
+    """The function (or one it calls, any number of calls down: group_start_in) calls init_process_group."""
     return group_start_in(model, fn) is not None
 
 
@@ -154,7 +155,7 @@ def runs_distributed(model: ScriptModel) -> bool:
     return result
 
 
-__all__ = ["starts_only_once", "runs_distributed", "init_calls", "function_inits", "group_start_in", "distributed_samplers"]
+__all__ = ["runs_reaching_init", "starts_only_once", "runs_distributed", "init_calls", "function_inits", "group_start_in", "distributed_samplers"]
 
 
 # A helper we cannot see whose name says it tears the process group down.

@@ -64,7 +64,7 @@ from ddpcheck.model.library import (
     BUILTINS, CLASS_METHOD, DUNDER_BUILTINS, ELEMENTS_OF_FIRST, ENTER_RETURNS_SELF, ITERABLE_KEYWORDS, ITERATION_WRAPPERS, MANAGED_LOADERS,
     NOT_ITERATING, PROPERTY, RETURNS_COPY_OF_FIRST_ARGUMENT, RETURNS_FIRST_ARGUMENT, RETURNS_RECEIVER, STATIC,
 )
-from ddpcheck.model.memo import query
+from ddpcheck.model.memo import keep, known, query
 from ddpcheck.model.names import dotted_name, is_torch_api
 from ddpcheck.model.reads import reads
 from ddpcheck.model.scan import Need
@@ -2626,6 +2626,40 @@ def callees(model: ScriptModel, calls: Iterable[CallSite], runs=None, exclude: I
 
 
 
+@query(on_cycle=False)
+def may_reach_call(model: ScriptModel, fn: FunctionInfo, runs, candidate) -> bool:
+    """Running `fn` may make a call `candidate(model, call)` accepts, in `fn`
+    or in any function of the tree its calls lead to (`runs(model, call)`:
+    the functions a call runs, as `callees` takes it), whatever the guards
+    and whatever rank: the cheap, context-free question a walk that judges
+    each call's guards under its callers' arguments asks first, so that it
+    judges only calls that can lead somewhere. `runs` and `candidate` are
+    module-level functions (the memo keys on them). One walk answers for
+    every function it visits: when it finds no such call, none of them
+    reaches one; a function already answered ends the walk there."""
+    def answered(m: ScriptModel, f: FunctionInfo):
+        return known(may_reach_call, m, f, runs, candidate) if f is not fn else None
+
+    def runs_unless_answered(m: ScriptModel, call: CallSite):
+        # the calls of a function answered "no" lead to functions answered "no": not walked again
+        return [] if answered(m, call.ctx.function) is False else runs(m, call)
+
+    visited = []
+    for m, reached in functions_reached(model, fn, runs_unless_answered):
+        found = answered(m, reached)
+        if found is True:
+            return True
+        if found is False:
+            continue
+        m.project.memo.charge()
+        visited.append((m, reached))
+        if any(candidate(m, c) for c in m.calls_in(reached)):
+            return True
+    for m, reached in visited:
+        keep(may_reach_call, m, reached, runs, candidate, answer=False)
+    return False
+
+
 def derived_from(value: Value, site: CallSite) -> bool:
     """`value` may hold what the call `site` returned or a part of it: the
     object itself, an entry or attribute of it (`ck["model"]`, `ck.state`,
@@ -2664,7 +2698,7 @@ __all__ = [
     "call_targets", "resolve_call", "calls_plain_function", "constructs", "called_qual", "called_qual_from", "called_name", "is_api_call", "callee_value",
     "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
     "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
-    "argument_expr", "binds_receiver", "builtin_call", "union", "is_generator", "first_call_reaching", "callees", "functions_reached", "derived_from", "bindings_of",
+    "argument_expr", "binds_receiver", "builtin_call", "union", "is_generator", "first_call_reaching", "callees", "functions_reached", "may_reach_call", "derived_from", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
     "argument_places", "literal_entry", "entry_expressions", "field_expressions", "record_fields", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
     "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped", "params_handed_on",

@@ -10,7 +10,7 @@ import re
 
 import libcst as cst
 
-from ddpcheck.model.flow import derived_from, names_behind, resolve_call, value_of
+from ddpcheck.model.flow import derived_from, may_reach_call, names_behind, resolve_call, value_of
 from ddpcheck.model.guards import function_worlds, relevant_frames, worlds_from_call
 from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name
@@ -32,8 +32,11 @@ WEIGHTS = re.compile(
 def unmapped_loads(model: ScriptModel) -> list[CallSite]:
     """`torch.load(...)` calls with no `map_location` (keyword or second
     argument); a call with `**kwargs` is not judged."""
-    return [s for s in model.calls if s.qual in TORCH_LOAD
-            and not s.has_star_args and s.arg("map_location", 1) is None]
+    return [s for s in model.calls if _is_unmapped_load(model, s)]
+
+
+def _is_unmapped_load(model: ScriptModel, site: CallSite) -> bool:
+    return site.qual in TORCH_LOAD and not site.has_star_args and site.arg("map_location", 1) is None
 
 
 def mapped_loads(model: ScriptModel) -> list[CallSite]:
@@ -138,19 +141,29 @@ def _unmapped_load_in(model: ScriptModel, fn: FunctionInfo,
         return None
     loads = {id(s.node) for s in unmapped_loads(model)}
     for c in model.calls_in(fn):
+        target = None
+        if id(c.node) not in loads:
+            # which ranks run a call is the costly question: asked only of calls that can lead to a load
+            target = resolve_call(model, c, LOAD_NEED)
+            if target is None or any(call is c for _, call in frames) or \
+                    not may_reach_call(*target, _runs_into_loads, _is_unmapped_load):
+                continue
         if DN not in worlds_from_call(model, c.ctx, fn, frames):
             continue
-        if id(c.node) in loads:
+        if target is None:
             if judged_load(model, c):
                 return model, c
-            continue
-        target = resolve_call(model, c, LOAD_NEED)
-        if target is None or any(call is c for _, call in frames):
             continue
         inner = _unmapped_load_in(target[0], target[1], relevant_frames(((model, c), *frames)))
         if inner is not None:
             return inner
     return None
+
+
+
+def _runs_into_loads(model: ScriptModel, site: CallSite) -> list[tuple[ScriptModel, FunctionInfo]]:
+    target = resolve_call(model, site, LOAD_NEED)
+    return [target] if target is not None else []
 
 
 __all__ = ["LOAD_NEED", "TORCH_LOAD", "feeds_load_state_dict", "judged_load", "looks_like_weights", "mapped_in_other_arm",

@@ -27,7 +27,9 @@ question costs a unit, and so does each step of the work a question does
 outside the memo that can grow with the answers it reads (rebuilding a
 value for a call's arguments: `Memo.charge`). The budget starts afresh when
 the run builds the model of a file it lints (`Memo.new_budget`, from
-Project.build), so all the questions the rules ask of one file share it, and
+Project.build), so all the questions the rules ask of one file share it
+(each rule's within a slice of it, `Memo.new_slice`, so that one rule's
+questions cannot spend what the rules after it need), and
 a cycle whose answers keep growing (a value rebuilt one level deeper every
 round) is cut after a bounded amount of work whatever its shape. Past
 `Memo.budget` units, or for a chain of questions deeper than Python's stack,
@@ -53,6 +55,10 @@ _MISSING = object()
 # flowing through thousands of wrappers, a cycle rebuilding a value one level
 # deeper every round).
 DEFAULT_BUDGET = 200_000
+# Units one rule's questions may take of them (a slice, Memo.new_slice): a
+# rule whose questions are too much work for the engine answers "unknown"
+# on that file and leaves the rest of the file's budget to the other rules.
+DEFAULT_SLICE = 50_000
 # Rounds a cycle's head may take before its answer is declared unknown.
 MAX_ROUNDS = 8
 
@@ -86,8 +92,10 @@ class Memo:
     into train.py), their provisional answers, and the budget of the file
     being linted."""
 
-    def __init__(self, budget: int = DEFAULT_BUDGET) -> None:
+    def __init__(self, budget: int = DEFAULT_BUDGET, slice_: int = DEFAULT_SLICE) -> None:
         self.budget = budget
+        self.slice = slice_
+        self.limit = budget                  # where the work in progress is cut: the file's or the slice's end
         self.stack: list[_Frame] = []
         self.active: dict[tuple, int] = {}   # (id(model), key) -> depth of its frame
         # answers that depend on a frame in progress: (id(model), key) ->
@@ -101,12 +109,19 @@ class Memo:
         """Start a fresh budget: the questions asked from now on (those about
         the next file linted) may take `budget` units between them."""
         self.spent = 0
+        self.limit = self.budget
+
+    def new_slice(self) -> None:
+        """The questions asked from now on (those of the next rule on the
+        file) may take `slice` more units, within what is left of the file's
+        budget; answers computed before stay known to them."""
+        self.limit = min(self.budget, self.spent + self.slice)
 
     def charge(self, units: int = 1) -> None:
         """Count `units` of work done for the question in progress outside the
         memo; past the budget the question is unknown (TooComplex to its asker)."""
         self.spent += units
-        if self.spent > self.budget:
+        if self.spent > self.limit:
             if self.stack:
                 raise OverBudget     # unwound by the outermost question, which raises TooComplex
             raise TooComplex(OverBudget.__name__)
@@ -140,7 +155,7 @@ class Memo:
             while True:
                 self.spent += 1
                 self.evaluations += 1
-                if self.spent > self.budget:
+                if self.spent > self.limit:
                     raise OverBudget
                 result = func(model, *args, **kwargs)
                 if not frame.reentered or _same(result, frame.answer):
@@ -190,6 +205,13 @@ class Memo:
             for waiting in self.pending.pop(d):
                 self.provisional.pop(waiting, None)
 
+    def settled(self) -> bool:
+        """Nothing the question in progress has read so far depends on a
+        question still in progress (a cycle being solved): what it computed
+        may be kept for good."""
+        return not self.stack or self.stack[-1].depends_on == _NOT_CUT
+
+
 
 def _same(a: Any, b: Any) -> bool:
     try:
@@ -219,4 +241,22 @@ def query(fn: F | None = None, *, on_cycle: Any = None) -> F:
     return decorate  # type: ignore[return-value]
 
 
-__all__ = ["Memo", "query", "OverBudget", "TooComplex", "DEFAULT_BUDGET", "MAX_ROUNDS"]
+def known(question: Callable, model, *args: Any) -> Any:
+    """The answer `question(model, *args)` already has, or None when it has
+    none yet (`question`: a function decorated with @query, whose answers
+    are never None)."""
+    return model.answers.get((question.uncached, args, ()))
+
+
+def keep(question: Callable, model, *args: Any, answer: Any) -> None:
+    """Keep `answer` as the answer of `question(model, *args)`, computed by
+    another question in one walk that answers many at once (everything a
+    search for a write visited and found none in answers "no"). Kept only
+    when what it was computed from is settled (Memo.settled); asked later,
+    the question is computed as usual."""
+    if model.project.memo.settled():
+        model.answers.setdefault((question.uncached, args, ()), answer)
+
+
+
+__all__ = ["Memo", "query", "known", "keep", "OverBudget", "TooComplex", "DEFAULT_BUDGET", "MAX_ROUNDS"]

@@ -41,7 +41,7 @@ from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.worlds import D0, DISTRIBUTED, DN
-from ddpcheck.model.flow import resolve_call
+from ddpcheck.model.flow import may_reach_call, resolve_call
 
 # Context managers that let rank 0 (or each node's local rank 0) run the body
 # first and the other ranks after it: yolov5/ultralytics, accelerate,
@@ -197,13 +197,18 @@ def _unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork,
     if DN not in function_worlds(model, fn) or spawns_workers(model, fn):
         return None
     for c in model.calls_in(fn):
+        work = is_work(model, c)
+        target = None
+        if not work:
+            # which ranks run a call is the costly question: asked only of calls that can lead to the work
+            target = resolve_call(model, c)
+            if target is None or any(call is c for _, call in frames) or \
+                    not may_reach_call(*target, _runs_into, is_work):
+                continue
         if DN not in worlds_from_call(model, c.ctx, fn, frames) or c.ctx.opaque or ordered_here(model, c, is_work):
             continue
-        if is_work(model, c):
+        if work:
             return c, model, c
-        target = resolve_call(model, c)
-        if target is None or any(call is c for _, call in frames):
-            continue
         inner = _unordered_work(target[0], target[1], is_work, relevant_frames(((model, c), *frames)))
         if inner is not None:
             return c, inner[1], inner[2]
@@ -225,5 +230,10 @@ def helper_work_at_once(model: ScriptModel, site: CallSite, is_work: SameWork) -
         return None
     return found[1], found[2]
 
+
+
+def _runs_into(model: ScriptModel, site: CallSite) -> list[tuple[ScriptModel, FunctionInfo]]:
+    target = resolve_call(model, site)
+    return [target] if target is not None else []
 
 __all__ = ["every_rank_at_once", "unordered_work", "helper_work_at_once", "ordered_here", "reached_at_once", "waits_for_rank_zero", "RANK_ZERO_FIRST"]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from ddpcheck.model.flow import Lib, called_qual_from, resolve_call, resolved_atoms, value_of
+from ddpcheck.model.flow import (
+    Lib, called_qual, called_qual_from, is_param, may_reach_call, resolve_call, resolved_atoms, value_of,
+)
 from ddpcheck.model.guards import after_wandb_init, function_worlds, one_rank_only, relevant_frames, worlds_from_call
 from ddpcheck.model.memo import query
 from ddpcheck.model.paths import in_memory, per_rank_path
@@ -95,22 +97,48 @@ def _writes_on_every_rank(model: ScriptModel, fn: FunctionInfo,
     memo's fixed point. One that keeps handing its parameters on would ask a
     new question at every turn: a call already in `frames` is not followed
     again, so each call is unrolled once, and a write reached only deeper
-    than that is not proven."""
+    than that is not proven. Only calls that can lead to a write are judged
+    (`may_write`): which ranks run a call is the costly question, and in a
+    framework most calls lead to no write at all."""
     if DN not in function_worlds(model, fn):
         return None
     for c in model.calls_in(fn):
+        kind = write_kind(model, c, frames[0] if frames else None)
+        direct = bool(kind) and not per_rank_target(model, c, kind)
+        target = None
+        if not direct:
+            target = resolve_call(model, c, () if _hands_a_write(model, c) else WRITE_NEED)
+            if target is None or any(call is c for _, call in frames) or not may_write(*target):
+                continue
         if DN not in worlds_from_call(model, c.ctx, fn, frames) or one_rank_only(model, c.ctx):
             continue   # not a non-zero rank, or one process alone (`if args.rank == args.world_size - 1:`)
-        kind = write_kind(model, c, frames[0] if frames else None)
-        if kind and not per_rank_target(model, c, kind):
+        if direct:
             return c, kind
-        target = resolve_call(model, c, () if _hands_a_write(model, c) else WRITE_NEED)
-        if target is None or any(call is c for _, call in frames):
-            continue
         inner = _writes_on_every_rank(target[0], target[1], relevant_frames(((model, c), *frames)))
         if inner is not None:
             return c, inner[1]
     return None
 
 
-__all__ = ["WRITE_NEED", "checkpoint_write", "write_kind", "per_rank_target", "writes_on_every_rank"]
+def may_write(model: ScriptModel, fn: FunctionInfo) -> bool:
+    """Running `fn` may reach a write of any kind, whatever rank runs it and
+    whatever its guards say (`flow.may_reach_call`)."""
+    return may_reach_call(model, fn, _runs_into_writers, _may_be_a_write)
+
+
+def _runs_into_writers(model: ScriptModel, site: CallSite) -> list[tuple[ScriptModel, FunctionInfo]]:
+    target = resolve_call(model, site, () if _hands_a_write(model, site) else WRITE_NEED)
+    return [target] if target is not None else []
+
+
+def _may_be_a_write(model: ScriptModel, site: CallSite) -> bool:
+    """A write whatever the caller: one by what it calls (as written, or
+    followed through aliases), a call of a parameter (it runs what a caller
+    passes), or a call handing a writing function on."""
+    if checkpoint_write(site) or checkpoint_write(site, called_qual(model, site)) or _hands_a_write(model, site):
+        return True
+    func = site.node.func
+    return isinstance(func, cst.Name) and is_param(site.ctx.function, func.value) is not None
+
+
+__all__ = ["may_write", "WRITE_NEED", "checkpoint_write", "write_kind", "per_rank_target", "writes_on_every_rank"]

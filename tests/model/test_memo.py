@@ -165,3 +165,43 @@ def test_charging_outside_any_question_past_the_budget_is_unknown_too():
     memo.charge(5)
     with pytest.raises(TooComplex):
         memo.charge()
+
+
+def test_a_slice_cuts_one_rules_questions_and_leaves_the_rest_of_the_budget_to_the_next():
+    chain = {i: [i + 1] for i in range(60)}
+    memo = Memo(budget=100, slice_=30)
+    project = FakeProject()
+    project.memo = memo
+    m = FakeModel(chain, project)
+    memo.new_budget()
+    memo.new_slice()                                  # the first rule: 30 units
+    with pytest.raises(TooComplex):
+        reaches_sink(m, 0)                            # 61 evaluations: past its slice
+    memo.new_slice()                                  # the next rule still has 30
+    assert reaches_sink(m, 40) is False               # 21 evaluations
+    memo.new_slice()
+    memo.charge(29)
+    with pytest.raises(TooComplex):
+        memo.charge(2)                                # the slice ends before the budget does
+    assert memo.spent < memo.budget
+
+
+def test_a_slice_never_reaches_past_the_files_budget():
+    memo = Memo(budget=50, slice_=40)
+    memo.new_budget()
+    memo.new_slice()
+    memo.charge(30)
+    memo.new_slice()                                  # 40 more would pass the budget: 20 left
+    memo.charge(20)
+    with pytest.raises(TooComplex):
+        memo.charge()
+
+
+def test_an_answer_kept_by_another_questions_walk_is_known_and_a_settled_one_only():
+    from ddpcheck.model.memo import keep, known
+
+    m = FakeModel({"a": ["b"], "b": []})
+    assert known(reaches_sink, m, "b") is None
+    keep(reaches_sink, m, "b", answer=False)          # nothing in progress: settled
+    assert known(reaches_sink, m, "b") is False
+    assert reaches_sink(m, "b") is False and m.calls == []   # answered without evaluating

@@ -148,3 +148,34 @@ def test_an_endless_generator_written_with_dunders_passes_over_its_loader_like_o
         loader = next(c for c in model.calls if c.func == "DataLoader")
         seen[form] = any(p.consumed.holds(model, loader) for p in epoch_passes(model))
     assert seen == {"builtins": True, "dunders": True}
+
+
+def test_whether_a_function_may_reach_a_write_is_one_walk_whose_no_answers_every_function_it_visited():
+    from ddpcheck.model.flow import may_reach_call
+    from ddpcheck.model.memo import known
+    from ddpcheck.model.writes import _may_be_a_write, _runs_into_writers, may_write
+
+    model = build("""
+        import torch
+        def leaf(x):
+            return x + 1
+        def middle(x):
+            return leaf(x) * 2
+        def top(x):
+            return middle(leaf(x))
+        def saver(state, p):
+            torch.save(state, p)
+        def deep(state, p):
+            top(1)
+            saver(state, p)
+        def hands(fn, state):
+            fn(state)
+    """)
+    fns = {f.name: f for f in model.functions}
+    assert may_write(model, fns["deep"]) is True
+    assert may_write(model, fns["top"]) is False
+    # the walk from `top` visited `middle` and `leaf` and answered them too
+    assert known(may_reach_call, model, fns["middle"], _runs_into_writers, _may_be_a_write) is False
+    assert known(may_reach_call, model, fns["leaf"], _runs_into_writers, _may_be_a_write) is False
+    # a call of a parameter runs what a caller passes: it may be a write
+    assert may_write(model, fns["hands"]) is True

@@ -17,6 +17,37 @@ def _start(tmp_path, entry_call: str):
     return None if found is None else (found[0].file_name, found[1].func)
 
 
+def test_a_group_start_seven_calls_down_across_modules_is_found(tmp_path):
+    # no depth is cut: a framework's entry point reaches its init through many helpers
+    write(tmp_path / "comm.py", "import torch.distributed as dist\ndef start():\n    dist.init_process_group('nccl')\n")
+    chain = "from comm import start\n" + "".join(f"def step{i}():\n    step{i + 1}()\n" for i in range(6)) \
+        + "def step6():\n    start()\n"
+    write(tmp_path / "steps.py", chain)
+    write(tmp_path / "train.py", "from steps import step0\nstep0()\n")
+    assert _start(tmp_path, "step0") == ("comm.py", "dist.init_process_group")
+
+
+def test_a_call_chain_deeper_than_pythons_stack_is_walked_to_its_end(tmp_path):
+    # 3,000 functions in a row, each calling the next: the walk is iterative
+    chain = "import torch.distributed as dist\n" + "".join(f"def f{i}():\n    f{i + 1}()\n" for i in range(3000)) \
+        + "def f3000():\n    dist.init_process_group('gloo')\n"
+    write(tmp_path / "deep.py", chain)
+    write(tmp_path / "train.py", "from deep import f0\nf0()\n")
+    assert _start(tmp_path, "f0") == ("deep.py", "dist.init_process_group")
+
+
+def test_the_nearest_group_start_is_the_one_named(tmp_path):
+    write(tmp_path / "train.py", "import torch.distributed as dist\n"
+                                 "def far():\n    a()\ndef a():\n    b()\ndef b():\n    dist.init_process_group('nccl')\n"
+                                 "def near():\n    dist.init_process_group('gloo')\n"
+                                 "def entry():\n    far()\n    near()\n"
+                                 "entry()\n")
+    model = build_file(tmp_path / "train.py", tmp_path)
+    site = next(c for c in model.calls if c.func == "entry")
+    found = group_start_in(*resolve_call(model, site))
+    assert found[1].arg("backend", 0).value == "'gloo'"
+
+
 def test_three_calls_down_through_a_base_class_constructor(tmp_path):
     write(tmp_path / "comm.py", "import torch.distributed as dist\ndef start():\n    dist.init_process_group('nccl')\n")
     write(tmp_path / "base.py", "from comm import start\nclass Base:\n    def __init__(self):\n        self.setup()\n"
