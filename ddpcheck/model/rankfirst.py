@@ -41,7 +41,7 @@ from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.worlds import D0, DISTRIBUTED, DN
-from ddpcheck.model.flow import may_reach_call, resolve_call
+from ddpcheck.model.flow import call_sites_of, call_targets, may_reach_call, resolve_call
 
 # Context managers that let rank 0 (or each node's local rank 0) run the body
 # first and the other ranks after it: yolov5/ultralytics, accelerate,
@@ -86,6 +86,37 @@ def _ordering_manager(model: ScriptModel, item: cst.WithItem) -> bool:
     return target is not None and waits_for_rank_zero(*target)
 
 
+def inside_rank_zero_first(model: ScriptModel, site: CallSite) -> bool:
+    """The call runs inside a `with` that lets rank 0 through first and the
+    other ranks after it (`with torch_distributed_zero_first(rank):`,
+    accelerate's `main_process_first()`, a local manager whose non-zero ranks
+    wait at a barrier before its `yield`), or one rank at a time (a file lock)."""
+    return any(_ordering_manager(model, item) for item in with_items_around(model, site))
+
+
+@query(on_cycle=False)
+def runs_rank_zero_first(model: ScriptModel, fn: FunctionInfo | None) -> bool:
+    """Every call of `fn` in its file runs rank 0 first: inside a
+    rank-0-first `with`, itself or through the calls of the function it is
+    in (a constructor: through the calls of its class). False when some
+    caller is not known."""
+    if fn is None:
+        return False
+    if fn.name == "__init__" and fn.cls is not None:
+        calls = [c for c in model.calls if any(t[1] is fn for t in call_targets(model, c))]
+    else:
+        calls = call_sites_of(model, fn)
+    if not calls:
+        return False
+    return all(inside_rank_zero_first(model, c) or runs_rank_zero_first(model, c.ctx.function) for c in calls)
+
+
+def ordered_first(model: ScriptModel, site: CallSite) -> bool:
+    """The call runs rank 0 first and the other ranks after it (`inside_rank_zero_first`,
+    or every call of its function does)."""
+    return inside_rank_zero_first(model, site) or runs_rank_zero_first(model, site.ctx.function)
+
+
 def _only_rank_zero(worlds: frozenset[str]) -> bool:
     return worlds & DISTRIBUTED == {D0}
 
@@ -98,7 +129,7 @@ def ordered_here(model: ScriptModel, site: CallSite, same_work: SameWork) -> boo
     of the work in question (a download, a folder creation); an earlier call
     does the same work when it calls the same function or class (the test
     split of CIFAR10 after its train split: one archive)."""
-    if any(_ordering_manager(model, item) for item in with_items_around(model, site)):
+    if inside_rank_zero_first(model, site):
         return True
     fn = site.ctx.function
     events = [e for e in function_events(model, fn) if e.site.ctx.order < site.ctx.order]
@@ -236,4 +267,4 @@ def _runs_into(model: ScriptModel, site: CallSite) -> list[tuple[ScriptModel, Fu
     target = resolve_call(model, site)
     return [target] if target is not None else []
 
-__all__ = ["every_rank_at_once", "unordered_work", "helper_work_at_once", "ordered_here", "reached_at_once", "waits_for_rank_zero", "RANK_ZERO_FIRST"]
+__all__ = ["inside_rank_zero_first", "runs_rank_zero_first", "ordered_first", "every_rank_at_once", "unordered_work", "helper_work_at_once", "ordered_here", "reached_at_once", "waits_for_rank_zero", "RANK_ZERO_FIRST"]

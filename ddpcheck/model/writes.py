@@ -13,6 +13,7 @@ from ddpcheck.model.flow import (
 )
 from ddpcheck.model.guards import after_wandb_init, function_worlds, one_rank_only, relevant_frames, worlds_from_call
 from ddpcheck.model.memo import query
+from ddpcheck.model.rankfirst import ordered_first
 from ddpcheck.model.paths import in_memory, per_rank_path
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.sharding import is_distributed_checkpoint_save
@@ -112,6 +113,8 @@ def _writes_on_every_rank(model: ScriptModel, fn: FunctionInfo,
                 continue
         if DN not in worlds_from_call(model, c.ctx, fn, frames) or one_rank_only(model, c.ctx):
             continue   # not a non-zero rank, or one process alone (`if args.rank == args.world_size - 1:`)
+        if ordered_first(model, c):
+            continue   # rank 0 writes first, the others after it (a cache they then find made)
         if direct:
             return c, kind
         inner = _writes_on_every_rank(target[0], target[1], relevant_frames(((model, c), *frames)))

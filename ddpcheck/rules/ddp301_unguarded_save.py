@@ -9,6 +9,7 @@ from ddpcheck.model.distributed import runs_distributed
 from ddpcheck.model.launchers import runs_in_launcher_only
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.reach import several_ranks_reach, unguarded_caller
+from ddpcheck.model.rankfirst import ordered_first
 from ddpcheck.model.writes import WRITE_NEED, per_rank_target, write_kind, writes_on_every_rank
 from ddpcheck.findings import Severity
 from ddpcheck.model.filekind import NOT_TESTS
@@ -47,7 +48,8 @@ class UnguardedSave(Rule):
                 continue   # `wandb.init()` before `mp.spawn(...)`: the launching process, once
             kind = write_kind(model, site)
             if kind is not None:
-                if several_ranks_reach(model, site.ctx) and not per_rank_target(model, site, kind):
+                if several_ranks_reach(model, site.ctx) and not per_rank_target(model, site, kind) \
+                        and not ordered_first(model, site):
                     what = site.func or "this call"
                     fn = site.ctx.function
                     via = ""
@@ -61,7 +63,7 @@ class UnguardedSave(Rule):
             if target is None or target[0] is model:
                 continue   # same-file helpers are reported at their own write
             found = writes_on_every_rank(*target, frames=((model, site),))
-            if found is not None and several_ranks_reach(model, site.ctx):
+            if found is not None and several_ranks_reach(model, site.ctx) and not ordered_first(model, site):
                 inner, kind = found
                 fn = target[1]
                 runs = f"runs `{fn.class_name}.{fn.name}`, " if fn.name in ("__call__", "__init__") and fn.class_name else ""

@@ -110,3 +110,30 @@ def test_a_wait_loop_for_another_file_does_not_order_the_download():
 
 def test_rank_zero_downloading_before_a_barrier_orders_it():
     assert not _download_at_once("CIFAR10(root, download=True)\n        dist.barrier()", "dist.barrier()")
+
+
+def test_a_call_made_inside_a_rank_zero_first_manager_orders_what_it_runs():
+    from ddpcheck.model.rankfirst import ordered_first
+
+    model = build("""
+        import torch
+        from utils import torch_distributed_zero_first
+        class Cache:
+            def __init__(self, p):
+                self.fill(p)
+            def fill(self, p):
+                torch.save({}, p)
+        def make(p, rank):
+            with torch_distributed_zero_first(rank):
+                return Cache(p)
+        def plain(p):
+            torch.save({}, p)
+        def first(p, rank):
+            make(p, rank)
+            plain(p)
+            with torch_distributed_zero_first(rank):
+                plain(p)
+    """)
+    saves = {c.ctx.function.name: ordered_first(model, c) for c in model.calls if c.func == "torch.save"}
+    # `fill` runs only from a construction inside the manager; `plain` is also called outside it
+    assert saves == {"fill": True, "plain": False}
