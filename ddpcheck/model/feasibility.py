@@ -302,9 +302,48 @@ def _member_key(model, expr, frame):
         return None
     # stores of the member itself on the way (`env["ddp"] = False`) make it another value
     stores = frozenset(id(b) for b in reach if not isinstance(b, Entry))
-    if frame is not None and stores:
-        return None
+    if frame is not None:
+        if stores:
+            return None
+        # nothing stores it in the function entered from the call: it is what the caller's
+        # same member holds at the call (`train(args, g)` ... `if args.distributed:` in train)
+        at_call = _stores_at_call(frame, base, expr)
+        if at_call is None:
+            return None
+        stores = at_call
     return ("member", base_key, member, stores)
+
+
+def _stores_at_call(frame, base: cst.BaseExpression, expr: cst.BaseExpression) -> frozenset | None:
+    """The stores of `expr` (`args.distributed`, read in the function the
+    frame's call enters, its base a parameter) that reach that call, as the
+    caller spells the member (`args.distributed` for `train(args, ...)`):
+    the last store of it, or of what it is read from, made before the call
+    on every path to it (in no branch or loop the call is not in); frozenset()
+    when nothing of the caller's function stores it; None when it cannot be told."""
+    caller_model, call, fn = frame
+    if not isinstance(base, cst.Name) or not isinstance(expr, cst.Attribute):
+        return None
+    bound, arg = argument_expr(call, fn, base.value)
+    head = dotted_name(arg) if bound and arg is not None else None
+    if head is None:
+        return None
+    key = f"{head}.{expr.attr.value}"
+    last = None
+    for a in caller_model.assigns_in(call.ctx.function):
+        if a.key != key and not key.startswith(a.key + "."):
+            continue
+        if a.ctx.order > call.ctx.order:
+            if set(a.ctx.loops) & set(call.ctx.loops):
+                return None   # stored after the call in a loop around it: the next turn sees it
+            continue
+        if not set(a.ctx.branches) <= set(call.ctx.branches) or not set(a.ctx.loops) <= set(call.ctx.loops):
+            return None   # stored on some paths only
+        if last is None or a.ctx.order > last.ctx.order:
+            last = a
+    if last is None or last.key != key:
+        return frozenset()   # not stored, or the object it is read from made anew since
+    return frozenset({id(last)})
 
 
 @query(on_cycle=True)

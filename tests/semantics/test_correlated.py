@@ -183,6 +183,42 @@ def test_an_if_statement_unwrap_on_the_same_flag():
     assert wrapper_in(model, expr, site.ctx) is None
 
 
+_OPTIONS_FLAG = """
+    import argparse
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    def train(args, generator):
+        if args.distributed:
+            g_module = generator.module
+        else:
+            g_module = generator
+        use(g_module)
+    if __name__ == "__main__":
+        args = argparse.ArgumentParser().parse_args()
+        args.distributed = True
+        generator = make()
+        if args.distributed:
+            generator = DDP(generator)
+        BETWEEN
+        train(args, generator)
+    """
+
+
+def _options_helper_holds_wrapper(between: str) -> bool:
+    model = build(_OPTIONS_FLAG.replace("BETWEEN", between))
+    expr, site = marked(model)
+    return wrapper_in(model, expr, site.ctx) is not None
+
+
+def test_an_options_flag_tested_in_the_helper_is_the_callers_same_flag_at_the_call():
+    # the helper's plain arm needs `not args.distributed`, the wrap needs it true: never together
+    assert not _options_helper_holds_wrapper("pass")
+
+
+def test_the_flag_stored_again_before_the_call_is_another_value():
+    assert _options_helper_holds_wrapper("args.distributed = False")
+    assert _options_helper_holds_wrapper("if flip:\n            args.distributed = False")
+
+
 # -- a rank flag kept as an entry of a returned dict --------------------------------
 
 def _guard_worlds(code: str):
