@@ -27,7 +27,9 @@ from itertools import product
 import libcst as cst
 
 from ddpcheck.model.dataflow import Entry
-from ddpcheck.model.flow import argument_expr, arguments_for, called_qual, sole_binding, value_of, visible_bindings
+from ddpcheck.model.flow import (
+    argument_expr, arguments_for, called_qual, sole_binding, store_before_call, value_of, visible_bindings,
+)
 from ddpcheck.model.memo import query
 from ddpcheck.model.names import WRAPPER_CLASSES, dotted_name, is_torch_api, wrapper_classes_named
 from ddpcheck.model.script import Ctx, ScriptModel
@@ -328,22 +330,10 @@ def _stores_at_call(frame, base: cst.BaseExpression, expr: cst.BaseExpression) -
     head = dotted_name(arg) if bound and arg is not None else None
     if head is None:
         return None
-    key = f"{head}.{expr.attr.value}"
-    last = None
-    for a in caller_model.assigns_in(call.ctx.function):
-        if a.key != key and not key.startswith(a.key + "."):
-            continue
-        if a.ctx.order > call.ctx.order:
-            if set(a.ctx.loops) & set(call.ctx.loops):
-                return None   # stored after the call in a loop around it: the next turn sees it
-            continue
-        if not set(a.ctx.branches) <= set(call.ctx.branches) or not set(a.ctx.loops) <= set(call.ctx.loops):
-            return None   # stored on some paths only
-        if last is None or a.ctx.order > last.ctx.order:
-            last = a
-    if last is None or last.key != key:
-        return frozenset()   # not stored, or the object it is read from made anew since
-    return frozenset({id(last)})
+    known, last = store_before_call(caller_model, call, f"{head}.{expr.attr.value}")
+    if not known:
+        return None
+    return frozenset() if last is None else frozenset({id(last)})
 
 
 @query(on_cycle=True)

@@ -2683,6 +2683,28 @@ def derived_from(value: Value, site: CallSite) -> bool:
     return False
 
 
+def store_before_call(model: ScriptModel, call: CallSite, key: str):
+    """The store of `key` (`args.rank`, or of what it is read from: `args`)
+    that the call sees: the last one made before it in its function on every
+    path to it (in no branch or loop the call is not in). (True, the
+    assignment); (True, None) when nothing of the function stores it or the
+    object it is read from was made anew since; (False, None) when it cannot
+    be told (stored on some paths only, or after the call in a loop around it)."""
+    last = None
+    for a in model.assigns_in(call.ctx.function):
+        if a.key != key and not key.startswith(a.key + "."):
+            continue
+        if a.ctx.order > call.ctx.order:
+            if set(a.ctx.loops) & set(call.ctx.loops):
+                return False, None
+            continue
+        if not set(a.ctx.branches) <= set(call.ctx.branches) or not set(a.ctx.loops) <= set(call.ctx.loops):
+            return False, None
+        if last is None or a.ctx.order > last.ctx.order:
+            last = a
+    return True, (last if last is not None and last.key == key else None)
+
+
 def functions_reached(model: ScriptModel, fn: FunctionInfo, runs=None) -> Iterator[tuple[ScriptModel, FunctionInfo]]:
     """`fn` itself, then every function of the tree that running it leads
     to (`callees` of its calls, with `runs`), nearest first, each once."""
@@ -2698,7 +2720,7 @@ __all__ = [
     "call_targets", "resolve_call", "calls_plain_function", "constructs", "called_qual", "called_qual_from", "called_name", "is_api_call", "callee_value",
     "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
     "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
-    "argument_expr", "binds_receiver", "builtin_call", "union", "is_generator", "first_call_reaching", "callees", "functions_reached", "may_reach_call", "derived_from", "bindings_of",
+    "argument_expr", "binds_receiver", "builtin_call", "union", "is_generator", "first_call_reaching", "callees", "functions_reached", "store_before_call", "may_reach_call", "derived_from", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
     "argument_places", "literal_entry", "entry_expressions", "field_expressions", "record_fields", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
     "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped", "params_handed_on",

@@ -33,8 +33,9 @@ from ddpcheck.model.flow import arguments_for, bindings_seen
 from ddpcheck.model.guards import RANK_ENV
 from ddpcheck.model.names import dotted_name, environ_key, string_value
 from ddpcheck.model.memo import query
-from ddpcheck.model.script import FunctionInfo, ScriptModel
-from ddpcheck.model.flow import resolve_call
+from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
+from ddpcheck.model.flow import argument_expr, params_handed_on, resolve_call, store_before_call
+from ddpcheck.model.devices import GpuChoice, gpu_choices
 
 # Environment variables that hold a rank local to the node; the other rank
 # variables guards.RANK_ENV knows are global.
@@ -216,4 +217,59 @@ def _spawned_single_node(model: ScriptModel) -> bool:
     return starts_own_workers(model)
 
 
-__all__ = ["RankKind", "RankOrigin", "rank_origin", "GLOBAL_RANK_ENV", "LOCAL_RANK_ENV"]
+@dataclass(frozen=True)
+class HandedRank:
+    """A GPU picked in a helper of another module by a number this file's call hands it
+    (`run_training(model, args)` whose body runs `.cuda(args.rank)`): where, and what it is here."""
+
+    model: ScriptModel           # the helper's module
+    choice: GpuChoice            # the GPU choice there
+    origin: RankOrigin           # what the number is, as this file's call hands it
+
+
+def ranks_handed_to_helpers(model: ScriptModel, call: CallSite) -> list[HandedRank]:
+    """The GPU choices a call of this file into a function of another module
+    makes with a number the call hands it, any number of calls down while
+    each hands its parameter on unchanged: a parameter itself (`cuda(rank)`
+    for `train(net, args.rank)`), or an attribute of one (`cuda(args.rank)`
+    for `train(net, args)`, judged by the last store of `args.rank` this
+    file's function makes before the call on every path)."""
+    target = resolve_call(model, call)
+    if target is None or target[0] is model:
+        return []
+    found: list[HandedRank] = []
+    start = {name: expr for name in target[1].params
+             for bound, expr in [argument_expr(call, target[1], name)] if bound and expr is not None}
+    todo = [(target[0], target[1], start)]
+    seen: set[int] = set()
+    while todo:
+        tmodel, fn, handed = todo.pop()
+        if id(fn.node) in seen or not handed:
+            continue
+        seen.add(id(fn.node))
+        for choice in gpu_choices(tmodel):
+            if choice.ctx.function is not fn:
+                continue
+            origin = _handed_origin(model, call, choice.index, handed)
+            if origin is not None:
+                found.append(HandedRank(tmodel, choice, origin))
+        for param, _c, cmodel, callee, cparam in params_handed_on(tmodel, fn):
+            if param in handed:
+                todo.append((cmodel, callee, {cparam: handed[param]}))
+    return found
+
+
+def _handed_origin(model: ScriptModel, call: CallSite, index: cst.BaseExpression, handed: dict) -> RankOrigin | None:
+    if isinstance(index, cst.Name) and index.value in handed:
+        return rank_origin(model, handed[index.value], call.ctx.function)
+    if isinstance(index, cst.Attribute) and isinstance(index.value, cst.Name) and index.value.value in handed:
+        head = dotted_name(handed[index.value.value])
+        if head is None:
+            return None
+        known, store = store_before_call(model, call, f"{head}.{index.attr.value}")
+        if known and store is not None and store.value is not None:
+            return rank_origin(model, store.value, store.ctx.function)
+    return None
+
+
+__all__ = ["RankKind", "RankOrigin", "rank_origin", "HandedRank", "ranks_handed_to_helpers", "GLOBAL_RANK_ENV", "LOCAL_RANK_ENV"]

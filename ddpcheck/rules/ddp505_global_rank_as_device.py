@@ -7,7 +7,8 @@ from typing import Iterator
 from ddpcheck.findings import Severity
 from ddpcheck.model.devices import gpu_choices
 from ddpcheck.model.names import dotted_name
-from ddpcheck.model.ranks import RankKind, rank_origin
+from ddpcheck.model.positions import where
+from ddpcheck.model.ranks import RankKind, rank_origin, ranks_handed_to_helpers
 from ddpcheck.model.script import ScriptModel
 from ddpcheck.model.worlds import DISTRIBUTED
 from ddpcheck.model.filekind import NOT_TESTS
@@ -44,6 +45,7 @@ class GlobalRankAsDevice(Rule):
             seen.add(id(choice.node))
             index = model.module.code_for_node(choice.index)
             groups.setdefault((id(choice.ctx.function), index), []).append((choice, origin))
+        yield from self._handed_to_helpers(model)
         for (_, index), found in groups.items():
             choice, origin = found[0]
             text = " ".join(model.module.code_for_node(choice.node).split())
@@ -65,3 +67,27 @@ class GlobalRankAsDevice(Rule):
             ), fix=(f"use the rank local to the node instead of `{index}`: "
                     "`local_rank = int(os.environ[\"LOCAL_RANK\"])` (torchrun and torch.distributed.launch set "
                     "it), or `rank % torch.cuda.device_count()` (SLURM: `SLURM_LOCALID`)"))
+
+    def _handed_to_helpers(self, model: ScriptModel) -> Iterator[Hit]:
+        """A call handing the global rank to a helper of another module that picks the GPU with it
+        (`run_training(model, args)`, `args.rank = node * gpus + gpu` here, `.cuda(args.rank)` there):
+        reported at the call, where the number is chosen."""
+        for site in model.calls:
+            if not worlds(model, site.ctx) & DISTRIBUTED:
+                continue
+            handed = [h for h in ranks_handed_to_helpers(model, site) if h.origin.kind is RankKind.GLOBAL]
+            if not handed:
+                continue
+            first = handed[0]
+            index = first.model.module.code_for_node(first.choice.index)
+            line = first.model.module.code_for_node(first.choice.node)
+            at = where(first.model, first.choice.node, model)
+            yield Hit(site.node, message=(
+                f"`{site.func}(...)` hands the global rank ({first.origin.source}) to {first.model.file_name}, "
+                f"where `{' '.join(line.split())[:60]}` ({at}) picks the GPU with `{index}`: that works on one "
+                "node, but on the second node rank 8 asks for GPU 8 of an 8-GPU machine (\"CUDA error: invalid "
+                "device ordinal\")"
+            ), fix=("hand the helper the rank local to the node (`args.gpu`, "
+                    "`int(os.environ[\"LOCAL_RANK\"])`) for picking the GPU, and keep the global rank for "
+                    "`init_process_group` and samplers"))
+

@@ -55,3 +55,27 @@ def test_a_call_spreading_kwargs_binds_nothing(tmp_path):
     train = write(tmp_path / "train.py", "from book import end_of_epoch\nend_of_epoch(m, path='o')\n")
     # what `**kw` holds decides which parameters are left: nothing is claimed
     assert _handed(build_file(train), "end_of_epoch") == set()
+
+
+def _rank_handed(tmp_path, store: str) -> list[str]:
+    from ddpcheck.model.ranks import RankKind, ranks_handed_to_helpers
+
+    write(tmp_path / "engine.py", "def fit(net, opts):\n    net.cuda(opts.rank)\n"
+                                  "def run(net, opts):\n    fit(net, opts)\n")
+    write(tmp_path / "train.py", "import torch.distributed as dist\nfrom engine import run\n"
+                                 "def worker(gpu, opts):\n"
+                                 f"    {store}\n"
+                                 "    dist.init_process_group('nccl', rank=opts.rank)\n"
+                                 "    run(net, opts)\n")
+    model = build_file(tmp_path / "train.py", tmp_path)
+    site = next(c for c in model.calls if c.func == "run")
+    return [h.origin.kind.name for h in ranks_handed_to_helpers(model, site) if h.origin.kind is RankKind.GLOBAL]
+
+
+def test_an_options_field_handed_to_a_helper_module_two_calls_down_is_what_the_caller_stored(tmp_path):
+    assert _rank_handed(tmp_path, "opts.rank = opts.node * opts.gpus + gpu") == ["GLOBAL"]
+
+
+def test_a_local_index_or_a_store_on_some_paths_only_is_not_the_global_rank(tmp_path):
+    assert _rank_handed(tmp_path, "opts.rank = gpu") == []
+    assert _rank_handed(tmp_path, "if opts.multi:\n        opts.rank = opts.node * opts.gpus + gpu") == []
