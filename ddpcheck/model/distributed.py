@@ -11,7 +11,7 @@ import libcst as cst
 from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name
 from ddpcheck.model.script import FunctionInfo, ScriptModel
-from ddpcheck.model.flow import Class, Func, callee_value, called_qual, library_bases, value_of
+from ddpcheck.model.flow import Class, Func, callee_value, called_qual, library_bases, resolved_atoms, value_of
 from ddpcheck.model.launchers import spawned_function
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
 from ddpcheck.model.flow import callees, functions_reached, resolve_call
@@ -86,7 +86,9 @@ def _runs(model: ScriptModel, site, needs=()) -> list[tuple[ScriptModel, Functio
     `Process(target=fn)`), the function every worker it starts runs."""
     spawned = spawned_function(site)
     if spawned is not None:
-        return [(a.model, a.fn) for a in value_of(model, spawned).atoms if isinstance(a, Func)]
+        # the worker as a module's attribute (`mp.spawn(mpu.run, ...)`, `import pkg.utils.multiprocessing
+        # as mpu`): its import looked up, as a call's function is
+        return [(a.model, a.fn) for a in resolved_atoms(value_of(model, spawned), needs).atoms if isinstance(a, Func)]
     target = resolve_call(model, site, needs)
     return [target] if target is not None else []
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterator
 
-from ddpcheck.model.distributed import INIT_NEED, group_start_in, is_init_call, script_destroys, starts_only_once
+from ddpcheck.model.distributed import INIT_NEED, group_start_in, is_init_call, script_destroys
 from ddpcheck.model.flow import constant_of
 from ddpcheck.model.flow import resolve_call
 from ddpcheck.model.script import CallSite, ScriptModel
@@ -41,16 +41,19 @@ def starting_helper(model: ScriptModel, site: CallSite) -> tuple[ScriptModel, Ca
     return group_start_in(*target)
 
 
-def _one_call_per_idempotent_start(helpers: list) -> list:
-    """A helper whose group start is skipped once a group exists (`if
-    dist.is_initialized(): return`) starts one group however often it is
-    called: its first call in the file stands for all of them."""
+def _one_call_per_start(helpers: list) -> list:
+    """One finding per group start of a helper: its first call in the file
+    stands for all of them. A helper whose start is skipped once a group
+    exists (`if dist.is_initialized(): return`) starts one group however
+    often it is called; one that starts it in the workers it spawns
+    (`launch_job(cfg, func=train)`, then `launch_job(cfg, func=test)`) starts
+    one in each new set of processes, and the teardown they all lack belongs
+    beside that one start."""
     kept, seen = [], set()
     for site, (hmodel, init) in sorted(helpers, key=lambda h: h[0].ctx.order):
-        if starts_only_once(hmodel, init):
-            if id(init.node) in seen:
-                continue
-            seen.add(id(init.node))
+        if id(init.node) in seen:
+            continue
+        seen.add(id(init.node))
         kept.append((site, (hmodel, init)))
     return kept
 
@@ -88,7 +91,7 @@ class MissingDestroy(Rule):
                                     for t in [starting_helper(model, c)] if t is not None]
         if not (inits or helpers) or script_destroys(model, lambda fn: _runs(model, fn)) is not False:
             return
-        helpers = _one_call_per_idempotent_start(helpers)
+        helpers = _one_call_per_start(helpers)
         for site, (hmodel, init) in helpers:
             yield Hit(site.node, message=(
                 f"`{site.func}(...)` ({hmodel.file_name}) starts a process group with `{init.func}(...)` that this "

@@ -98,3 +98,17 @@ def test_a_package_that_imports_its_own_submodule_still_gives_the_submodule(tmp_
                                         "    dist.init_process_group('nccl')\n")
     write(tmp_path / "train.py", "from pkg import comm\ncomm.start()\n")
     assert _start(tmp_path, "comm.start") == ("comm.py", "dist.init_process_group")
+
+
+def test_a_worker_spawned_as_an_attribute_of_an_imported_module(tmp_path):
+    # `mp.spawn(mpu.run, ...)` with `import pkg.workers as mpu`: the import is looked up
+    write(tmp_path / "pkg" / "__init__.py", "")
+    write(tmp_path / "pkg" / "workers.py", "import torch.distributed as dist\n"
+                                           "def run(index, func, cfg):\n"
+                                           "    dist.init_process_group('nccl', rank=index)\n    func(cfg)\n")
+    write(tmp_path / "pkg" / "jobs.py", "import torch.multiprocessing as mp\nimport pkg.workers as mpu\n"
+                                        "def launch_job(cfg, func):\n    mp.spawn(mpu.run, nprocs=2, args=(func, cfg))\n")
+    write(tmp_path / "setup.py", "")
+    write(tmp_path / "train.py", "from pkg.jobs import launch_job\ndef train(cfg):\n    pass\n"
+                                 "launch_job(None, train)\n")
+    assert _start(tmp_path, "launch_job") == ("workers.py", "dist.init_process_group")
