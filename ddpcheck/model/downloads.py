@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import libcst as cst
 
+from ddpcheck.model.names import dotted_name
 from ddpcheck.model.paths import per_rank_path
 from ddpcheck.model.script import CallSite, ScriptModel
 
@@ -45,10 +46,27 @@ def _names_a_data_set(site: CallSite) -> bool:
     return last[:1].isupper() or "data" in last.lower()
 
 
+def _looked_up_in_a_data_set_module(model: ScriptModel, site: CallSite) -> bool:
+    """The class is picked by name from a module of data sets
+    (`datasets.__dict__[args.name](...)`, `getattr(datasets, name)(...)`,
+    `datasets` being `torchvision.datasets` or a package's own `datasets`)."""
+    func = site.node.func
+    module = None
+    if isinstance(func, cst.Subscript) and isinstance(func.value, cst.Attribute) and func.value.attr.value == "__dict__":
+        module = func.value.value
+    elif isinstance(func, cst.Call) and dotted_name(func.func) == "getattr" and func.args:
+        module = func.args[0].value
+    name = dotted_name(module) if module is not None else None
+    if name is None:
+        return False
+    qual = model.imports.qualify(name) + "."
+    return qual.startswith(DATASET_PACKAGES) or "data" in name.rpartition(".")[2].lower()
+
+
 def download_call(model: ScriptModel, site: CallSite) -> str | None:
     """What the call downloads ("the data set", "the file"), or None."""
     q = site.qual or ""
-    if _literal_true(site, "download") and _names_a_data_set(site):
+    if _literal_true(site, "download") and (_names_a_data_set(site) or _looked_up_in_a_data_set_module(model, site)):
         return "data set"
     if q in FETCHERS:
         return "file"
