@@ -14,7 +14,7 @@ from ddpcheck.model.script import FunctionInfo, ScriptModel
 from ddpcheck.model.flow import Class, Func, callee_value, called_qual, library_bases, resolved_atoms, value_of
 from ddpcheck.model.launchers import spawned_function
 from ddpcheck.model.values import distributed_samplers, is_api_call, wraps
-from ddpcheck.model.flow import callees, functions_reached, resolve_call
+from ddpcheck.model.flow import callees, functions_reached, resolve_call, runs_into
 
 # A helper we cannot see whose name says it starts the process group.
 INIT_HELPER_NAME = re.compile(r"(init|setup|set_up|start).*(dist|ddp|process_group)|(dist|ddp).*(init|setup)", re.I)
@@ -89,8 +89,7 @@ def _runs(model: ScriptModel, site, needs=()) -> list[tuple[ScriptModel, Functio
         # the worker as a module's attribute (`mp.spawn(mpu.run, ...)`, `import pkg.utils.multiprocessing
         # as mpu`): its import looked up, as a call's function is
         return [(a.model, a.fn) for a in resolved_atoms(value_of(model, spawned), needs).atoms if isinstance(a, Func)]
-    target = resolve_call(model, site, needs)
-    return [target] if target is not None else []
+    return runs_into(model, site, needs)
 
 
 def function_inits(model: ScriptModel, fn: FunctionInfo) -> bool:

@@ -2595,6 +2595,14 @@ def params_handed_on(model: ScriptModel, fn: FunctionInfo) -> tuple[tuple[str, C
     return tuple(found)
 
 
+def runs_into(model: ScriptModel, site: CallSite, needs: Need = ()) -> list[tuple[ScriptModel, FunctionInfo]]:
+    """`resolve_call` as the list of functions a walk of the call graph
+    enters from a call (`callees`' and `may_reach_call`'s `runs`): the one
+    function of the tree it runs, or none."""
+    target = resolve_call(model, site, needs)
+    return [target] if target is not None else []
+
+
 def callees(model: ScriptModel, calls: Iterable[CallSite], runs=None, exclude: Iterable[FunctionInfo] = ()
             ) -> Iterator[tuple[ScriptModel, FunctionInfo, CallSite]]:
     """The functions reached from `calls` (resolved, transitively: every
@@ -2604,18 +2612,14 @@ def callees(model: ScriptModel, calls: Iterable[CallSite], runs=None, exclude: I
     stack, and a cycle ends where it comes back to a function already reached.
     `runs(model, call)`: the functions of the tree a call runs, when more than
     the one it calls count (a worker spawn's target), or fewer (only into
-    modules that can reach some words); default `resolve_call`.
+    modules that can reach some words); default `runs_into`.
     `exclude`: functions not to enter (the one the calls are in)."""
     seen: set[int] = {id(fn.node) for fn in exclude}
     frontier = [(model, c, c) for c in calls]
     while frontier:
         nxt = []
         for m, call, origin in frontier:
-            if runs is None:
-                target = resolve_call(m, call)
-                targets = [target] if target is not None else []
-            else:
-                targets = runs(m, call)
+            targets = runs_into(m, call) if runs is None else runs(m, call)
             for tmodel, fn in targets:
                 if id(fn.node) in seen:
                     continue
@@ -2720,7 +2724,7 @@ __all__ = [
     "call_targets", "resolve_call", "calls_plain_function", "constructs", "called_qual", "called_qual_from", "called_name", "is_api_call", "callee_value",
     "iterated", "consumed", "generator_consumes", "passes", "every_pass", "loops_in", "epoch_passes",
     "consumed_per_epoch", "is_param", "arguments_for", "namespace_key", "param_value",
-    "argument_expr", "binds_receiver", "builtin_call", "union", "is_generator", "first_call_reaching", "callees", "functions_reached", "store_before_call", "may_reach_call", "derived_from", "bindings_of",
+    "argument_expr", "binds_receiver", "builtin_call", "union", "is_generator", "first_call_reaching", "runs_into", "callees", "functions_reached", "store_before_call", "may_reach_call", "derived_from", "bindings_of",
     "module_name_value", "resolve_import", "library_bases", "instance_of", "settled", "element", "names_behind",
     "argument_places", "literal_entry", "entry_expressions", "field_expressions", "record_fields", "expression_at_call", "LOADER_NEED", "sole_binding", "visible_bindings",
     "bindings_seen", "truth_of", "is_none_of", "call_sites_of", "result_dropped", "params_handed_on",

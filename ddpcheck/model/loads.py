@@ -6,11 +6,12 @@ weights, made on every rank by the training script)."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 import libcst as cst
 
-from ddpcheck.model.flow import derived_from, may_reach_call, names_behind, resolve_call, value_of
+from ddpcheck.model.flow import derived_from, may_reach_call, names_behind, resolve_call, runs_into, value_of
 from ddpcheck.model.guards import function_worlds, relevant_frames, worlds_from_call
 from ddpcheck.model.memo import query
 from ddpcheck.model.names import dotted_name
@@ -160,10 +161,8 @@ def _unmapped_load_in(model: ScriptModel, fn: FunctionInfo,
     return None
 
 
-
-def _runs_into_loads(model: ScriptModel, site: CallSite) -> list[tuple[ScriptModel, FunctionInfo]]:
-    target = resolve_call(model, site, LOAD_NEED)
-    return [target] if target is not None else []
+# what a call leads to in a module that can reach a load (a module-level object: may_reach_call keys on it)
+_runs_into_loads = functools.partial(runs_into, needs=LOAD_NEED)
 
 
 __all__ = ["LOAD_NEED", "TORCH_LOAD", "feeds_load_state_dict", "judged_load", "looks_like_weights", "mapped_in_other_arm",

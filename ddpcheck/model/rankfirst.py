@@ -41,7 +41,7 @@ from ddpcheck.model.reach import other_ranks_reach
 from ddpcheck.model.script import CallSite, FunctionInfo, ScriptModel
 from ddpcheck.model.withblocks import with_items_around
 from ddpcheck.model.worlds import D0, DISTRIBUTED, DN
-from ddpcheck.model.flow import call_sites_of, call_targets, may_reach_call, resolve_call
+from ddpcheck.model.flow import call_sites_of, may_reach_call, resolve_call, runs_into
 
 # Context managers that let rank 0 (or each node's local rank 0) run the body
 # first and the other ranks after it: yolov5/ultralytics, accelerate,
@@ -98,14 +98,11 @@ def inside_rank_zero_first(model: ScriptModel, site: CallSite) -> bool:
 def runs_rank_zero_first(model: ScriptModel, fn: FunctionInfo | None) -> bool:
     """Every call of `fn` in its file runs rank 0 first: inside a
     rank-0-first `with`, itself or through the calls of the function it is
-    in (a constructor: through the calls of its class). False when some
-    caller is not known."""
+    in (`flow.call_sites_of`: a constructor's are the calls of its class).
+    False when some caller is not known."""
     if fn is None:
         return False
-    if fn.name == "__init__" and fn.cls is not None:
-        calls = [c for c in model.calls if any(t[1] is fn for t in call_targets(model, c))]
-    else:
-        calls = call_sites_of(model, fn)
+    calls = call_sites_of(model, fn)   # a constructor's: the calls of its class
     if not calls:
         return False
     return all(inside_rank_zero_first(model, c) or runs_rank_zero_first(model, c.ctx.function) for c in calls)
@@ -234,7 +231,7 @@ def _unordered_work(model: ScriptModel, fn: FunctionInfo, is_work: SameWork,
             # which ranks run a call is the costly question: asked only of calls that can lead to the work
             target = resolve_call(model, c)
             if target is None or any(call is c for _, call in frames) or \
-                    not may_reach_call(*target, _runs_into, is_work):
+                    not may_reach_call(*target, runs_into, is_work):
                 continue
         if DN not in worlds_from_call(model, c.ctx, fn, frames) or c.ctx.opaque or ordered_here(model, c, is_work):
             continue
@@ -261,10 +258,5 @@ def helper_work_at_once(model: ScriptModel, site: CallSite, is_work: SameWork) -
         return None
     return found[1], found[2]
 
-
-
-def _runs_into(model: ScriptModel, site: CallSite) -> list[tuple[ScriptModel, FunctionInfo]]:
-    target = resolve_call(model, site)
-    return [target] if target is not None else []
 
 __all__ = ["inside_rank_zero_first", "runs_rank_zero_first", "ordered_first", "every_rank_at_once", "unordered_work", "helper_work_at_once", "ordered_here", "reached_at_once", "waits_for_rank_zero", "RANK_ZERO_FIRST"]

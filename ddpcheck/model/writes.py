@@ -9,7 +9,7 @@ from __future__ import annotations
 import libcst as cst
 
 from ddpcheck.model.flow import (
-    Lib, called_qual, called_qual_from, is_param, may_reach_call, resolve_call, resolved_atoms, value_of,
+    Lib, called_qual, called_qual_from, is_param, may_reach_call, resolve_call, resolved_atoms, runs_into, value_of,
 )
 from ddpcheck.model.guards import after_wandb_init, function_worlds, one_rank_only, relevant_frames, worlds_from_call
 from ddpcheck.model.memo import query
@@ -130,8 +130,7 @@ def may_write(model: ScriptModel, fn: FunctionInfo) -> bool:
 
 
 def _runs_into_writers(model: ScriptModel, site: CallSite) -> list[tuple[ScriptModel, FunctionInfo]]:
-    target = resolve_call(model, site, () if _hands_a_write(model, site) else WRITE_NEED)
-    return [target] if target is not None else []
+    return runs_into(model, site, () if _hands_a_write(model, site) else WRITE_NEED)
 
 
 def _may_be_a_write(model: ScriptModel, site: CallSite) -> bool:
