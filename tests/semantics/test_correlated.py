@@ -152,10 +152,15 @@ _HELPER = """
     """
 
 
-def _helper_holds_wrapper(arg: str) -> bool:
-    model = build(_HELPER.replace("ARG", arg))
+def _holds_wrapper(code: str) -> bool:
+    """The marked read may hold the DDP wrapper."""
+    model = build(code)
     expr, site = marked(model)
     return wrapper_in(model, expr, site.ctx) is not None
+
+
+def _helper_holds_wrapper(arg: str) -> bool:
+    return _holds_wrapper(_HELPER.replace("ARG", arg))
 
 
 def test_the_plain_arm_of_an_unwrap_on_the_wraps_own_flag_never_holds_the_wrapper():
@@ -204,9 +209,7 @@ _OPTIONS_FLAG = """
 
 
 def _options_helper_holds_wrapper(between: str) -> bool:
-    model = build(_OPTIONS_FLAG.replace("BETWEEN", between))
-    expr, site = marked(model)
-    return wrapper_in(model, expr, site.ctx) is not None
+    return _holds_wrapper(_OPTIONS_FLAG.replace("BETWEEN", between))
 
 
 def test_an_options_flag_tested_in_the_helper_is_the_callers_same_flag_at_the_call():
